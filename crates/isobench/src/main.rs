@@ -1,1 +1,83 @@
-fn main() {}
+//! `isobench`: measure LLM inference serving.
+//!
+//! The binary only wires the library crates together:
+//! - `isobench run WORKLOAD`: replay a workload against an endpoint (or, with
+//!   no `--target`, against the embedded model server started in-process)
+//!   and report latency and throughput ([`run`]);
+//! - `isobench serve`: the embedded OpenAI-compatible model server ([`serve`]);
+//! - `isobench mock`: the synthetic endpoint with injected latency ([`mock`]);
+//! - `isobench compare BASE.json NEW.json`: two reports side by side, with a
+//!   verdict on whether each difference is statistically real ([`compare`]).
+//!
+//! Exit codes: 0 success; 1 an SLO given on the command line was missed;
+//! 2 an error (bad input, unreachable endpoint); 130 interrupted by Ctrl-C
+//! (the report of what finished is still written).
+
+mod compare;
+mod mock;
+mod run;
+mod serve;
+mod tokens;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "isobench", version, about = "Measure LLM inference serving")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a workload against an OpenAI-compatible endpoint and report latency and throughput.
+    Run(Box<run::RunArgs>),
+    /// Serve a model folder behind an OpenAI-compatible API, with a chosen batching policy.
+    Serve(Box<isobench_server::ServerArgs>),
+    /// Serve a synthetic OpenAI-compatible endpoint with injected latency, errors and chunking.
+    Mock(mock::MockArgs),
+    /// Compare two JSON reports: each figure side by side, with a significance verdict.
+    Compare(compare::CompareArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ISOBENCH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(*args).await,
+            Command::Serve(args) => serve::serve(*args).await,
+            Command::Mock(args) => mock::mock(args).await,
+            Command::Compare(args) => compare::compare(&args),
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Waits for Ctrl-C; if the signal cannot be installed, waits forever.
+async fn ctrl_c() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
