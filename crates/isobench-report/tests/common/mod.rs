@@ -1,0 +1,94 @@
+//! A realistic run for the report tests: 240 requests on an open-loop
+//! schedule with streamed, partly chunked answers, failures of several
+//! kinds, cancellations and warm-up, recorded by two workers and merged.
+
+use std::time::Duration;
+
+use isobench_metrics::{
+    ErrorKind, Recorder, RequestError, RequestRecord, Slo, TokenSource, assess_validity,
+};
+use isobench_report::{PromptTokenSource, Report, RunMeta};
+
+const MS: u64 = 1_000_000;
+
+/// A small deterministic generator, so the report is the same every run.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % below
+    }
+}
+
+fn record(i: u64, random: &mut Lcg) -> RequestRecord {
+    let scheduled = i * 50 * MS;
+    let events = 4 + random.next(28) as usize;
+    let mut record = RequestRecord::new(i, i < 8, scheduled, events);
+    record.sent_ns = scheduled + 50_000 + random.next(200_000);
+    let mut t = record.sent_ns + (80 + random.next(60)) * MS;
+    for _ in 0..events {
+        record.content_event_ns.push(t);
+        t += (15 + random.next(10)) * MS;
+    }
+    record.end_ns = t;
+    record.input_tokens = 100 + random.next(400) as u32;
+    if i.is_multiple_of(3) {
+        record.event_tokens = vec![2; events];
+        record.output_tokens = 2 * events as u32;
+        record.token_source = TokenSource::Usage;
+    } else {
+        record.output_tokens = events as u32;
+        record.token_source = TokenSource::Events;
+    }
+    let error = match i % 40 {
+        17 => Some(ErrorKind::HttpStatus(429)),
+        29 => Some(ErrorKind::Timeout),
+        _ if i >= 236 => Some(ErrorKind::Cancelled),
+        _ => None,
+    };
+    if let Some(kind) = error {
+        record.error = Some(RequestError {
+            kind,
+            message: format!("injected {}", kind.label()),
+        });
+    }
+    record
+}
+
+pub fn run_meta() -> RunMeta {
+    RunMeta {
+        workload: "chat".into(),
+        workload_file: Some("workloads/chat.toml".into()),
+        target: "http://127.0.0.1:8000".into(),
+        model: "tiny-llama".into(),
+        api: "chat".into(),
+        streaming: true,
+        seed: Some(42),
+        load: "constant 20 req/s, 240 requests, 8 warm-up".into(),
+        started_at: "2025-01-31T12:00:00.000Z".into(),
+        duration_s: 12.8,
+        interrupted: false,
+        prompt_token_source: PromptTokenSource::Tokenizer,
+    }
+}
+
+/// The report of the run, with SLOs `ttft_p99=150ms,tpot_p99=30ms,itl_p95=22ms`.
+pub fn sample_report() -> Report {
+    let slos = Slo::parse_list("ttft_p99=150ms,tpot_p99=30ms,itl_p95=22ms").unwrap();
+    let prototype = Recorder::with_slos(&slos);
+    let mut workers = [prototype.clone(), prototype];
+    let mut random = Lcg(7);
+    for i in 0..240 {
+        workers[(i % 2) as usize].record(&record(i, &mut random));
+    }
+    let [mut merged, other] = workers;
+    merged.merge(&other);
+    let window = merged.measured_span().unwrap_or(Duration::ZERO);
+    let summary = merged.summarize(window);
+    let validity = assess_validity(&summary, Some(20.0));
+    Report::new(run_meta(), summary, validity)
+}

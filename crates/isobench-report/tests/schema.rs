@@ -1,0 +1,213 @@
+//! The JSON report against docs/report.schema.json, and its key set against
+//! a checked-in snapshot, so that a schema change is always deliberate.
+//!
+//! The validator is a small one written here for the subset of JSON Schema
+//! the schema file uses (type, enum, required, properties,
+//! additionalProperties, items, minimum, $ref into $defs); it rejects any
+//! other keyword, so the file cannot silently rely on an unchecked one.
+
+mod common;
+
+use std::path::PathBuf;
+
+use isobench_metrics::{Recorder, assess_validity};
+use isobench_report::Report;
+use serde_json::Value;
+
+fn workspace_file(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(relative)
+}
+
+fn schema() -> Value {
+    let path = workspace_file("docs/report.schema.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Checks `value` against `schema`; returns one line per violation.
+fn validate(root: &Value, schema: &Value, value: &Value, at: &str, errors: &mut Vec<String>) {
+    let schema = schema.as_object().expect("a schema is an object");
+    for (keyword, rule) in schema {
+        match keyword.as_str() {
+            "$schema" | "$id" | "title" | "description" | "$defs" => {}
+            "$ref" => {
+                let name = rule
+                    .as_str()
+                    .unwrap()
+                    .strip_prefix("#/$defs/")
+                    .expect("local $ref");
+                validate(root, &root["$defs"][name], value, at, errors);
+            }
+            "type" => {
+                let types: Vec<&str> = match rule {
+                    Value::String(t) => vec![t.as_str()],
+                    Value::Array(ts) => ts.iter().map(|t| t.as_str().unwrap()).collect(),
+                    _ => panic!("bad type at {at}"),
+                };
+                if !types.iter().any(|t| has_type(value, t)) {
+                    errors.push(format!("{at}: {value} is not of type {types:?}"));
+                }
+            }
+            "enum" => {
+                if !rule.as_array().unwrap().contains(value) {
+                    errors.push(format!("{at}: {value} is not one of {rule}"));
+                }
+            }
+            "minimum" => {
+                if value.as_f64().is_some_and(|v| v < rule.as_f64().unwrap()) {
+                    errors.push(format!("{at}: {value} is below {rule}"));
+                }
+            }
+            "required" => {
+                if let Some(object) = value.as_object() {
+                    for key in rule.as_array().unwrap() {
+                        if !object.contains_key(key.as_str().unwrap()) {
+                            errors.push(format!("{at}: missing key {key}"));
+                        }
+                    }
+                }
+            }
+            "properties" => {
+                if let Some(object) = value.as_object() {
+                    for (key, property) in rule.as_object().unwrap() {
+                        if let Some(v) = object.get(key) {
+                            validate(root, property, v, &format!("{at}.{key}"), errors);
+                        }
+                    }
+                }
+            }
+            "additionalProperties" => {
+                let Some(object) = value.as_object() else {
+                    continue;
+                };
+                let declared = schema.get("properties").and_then(Value::as_object);
+                for (key, v) in object {
+                    if declared.is_some_and(|d| d.contains_key(key)) {
+                        continue;
+                    }
+                    match rule {
+                        Value::Bool(false) => errors.push(format!("{at}: undeclared key {key}")),
+                        Value::Bool(true) => {}
+                        extra => validate(root, extra, v, &format!("{at}.{key}"), errors),
+                    }
+                }
+            }
+            "items" => {
+                if let Some(items) = value.as_array() {
+                    for (i, item) in items.iter().enumerate() {
+                        validate(root, rule, item, &format!("{at}[{i}]"), errors);
+                    }
+                }
+            }
+            other => panic!("the schema uses `{other}` at {at}, which this test does not check"),
+        }
+    }
+}
+
+fn has_type(value: &Value, name: &str) -> bool {
+    match name {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "boolean" => value.is_boolean(),
+        "null" => value.is_null(),
+        "number" => value.is_number(),
+        "integer" => value.is_u64() || value.is_i64(),
+        other => panic!("unknown type {other}"),
+    }
+}
+
+fn violations(report: &Value) -> Vec<String> {
+    let schema = schema();
+    let mut errors = Vec::new();
+    validate(&schema, &schema, report, "$", &mut errors);
+    errors
+}
+
+fn json_of(report: &Report) -> Value {
+    serde_json::from_str(&report.to_json()).unwrap()
+}
+
+#[test]
+fn a_real_report_matches_the_schema() {
+    let errors = violations(&json_of(&common::sample_report()));
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn an_empty_run_without_slos_matches_the_schema() {
+    let summary = Recorder::new().summarize(std::time::Duration::ZERO);
+    let validity = assess_validity(&summary, None);
+    let mut run = common::run_meta();
+    run.workload_file = None;
+    run.seed = None;
+    let report = Report::new(run, summary, validity);
+    let json = json_of(&report);
+    assert_eq!(json["summary"]["latency"]["ttft"], Value::Null);
+    assert_eq!(json["request_goodput"], Value::Null);
+    let errors = violations(&json);
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn the_validator_catches_missing_undeclared_and_mistyped_keys() {
+    let mut json = json_of(&common::sample_report());
+    json.as_object_mut().unwrap().remove("p99_ttft_ms");
+    json["summary"]["latency"]["ttft"]["p75_ms"] = 1.0.into();
+    json["summary"]["requests"]["completed"] = "many".into();
+    let errors = violations(&json);
+    assert_eq!(errors.len(), 3, "{errors:#?}");
+}
+
+/// Every key path of a JSON value, one per line, sorted; arrays as `[]`,
+/// the error-kind map's dynamic keys as `<kind>`.
+fn key_paths(value: &Value, at: &str, out: &mut Vec<String>) {
+    match value {
+        Value::Object(object) => {
+            for (key, v) in object {
+                let key = if at == "summary.errors" {
+                    "<kind>"
+                } else {
+                    key.as_str()
+                };
+                let path = if at.is_empty() {
+                    key.to_owned()
+                } else {
+                    format!("{at}.{key}")
+                };
+                out.push(path.clone());
+                key_paths(v, &path, out);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                key_paths(item, &format!("{at}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn the_key_set_matches_its_snapshot() {
+    let mut paths = Vec::new();
+    key_paths(&json_of(&common::sample_report()), "", &mut paths);
+    paths.sort();
+    paths.dedup();
+    let actual = paths.join("\n") + "\n";
+    let snapshot =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/report_keys.txt");
+    if std::env::var_os("ISOBENCH_UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&snapshot, &actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&snapshot).unwrap_or_default();
+    assert!(
+        actual == expected,
+        "the report's keys changed. If that is deliberate, update docs/report-schema.md, \
+         docs/report.schema.json (and SCHEMA_VERSION when a key is renamed, removed or changes \
+         meaning), then run with ISOBENCH_UPDATE_SNAPSHOTS=1 to rewrite {}.\nactual:\n{actual}",
+        snapshot.display()
+    );
+}
