@@ -1,12 +1,100 @@
 //! isobench model: a Candle Llama-family causal LM (Llama 2/3, Mistral,
 //! Qwen2) whose attention reads and writes a paged KV cache.
 //!
-//! CONTRACT (the server codes against it; the internals are being written):
-//! the server owns the block allocator and decides which cache slots each
-//! sequence uses; the model owns the cache storage and runs one step over a
+//! The server owns the block allocator and decides which cache slots each
+//! sequence uses; the model owns the computation and runs one step over a
 //! [`StepBatch`] of sequences, each bringing its new tokens (a prompt chunk
 //! or one decode token) and its block table.
+//!
+//! ```no_run
+//! use candle_core::Device;
+//! use isobench_model::{KvCache, ModelFolder, SeqStep, StepBatch, load_model};
+//!
+//! # fn main() -> Result<(), isobench_model::ModelError> {
+//! let folder = ModelFolder::open("models/tiny-llama")?;
+//! let mut model = load_model(&folder, &Device::Cpu, None)?;
+//! let mut cache = KvCache::new(folder.config(), 64, 16, model.device(), model.dtype())?;
+//! let prompt = folder.tokenizer().encode("Hello", true)?;
+//! let n = prompt.len() as u32;
+//! let step = StepBatch {
+//!     positions: (0..n).collect(),
+//!     slot_mapping: (0..n).collect(), // block 0, offsets 0..n
+//!     token_ids: prompt,
+//!     seqs: vec![SeqStep { num_new_tokens: n, context_len: n, block_table: vec![0] }],
+//! };
+//! let logits = model.forward(&step, &mut cache)?; // [1, vocab], f32
+//! # Ok(()) }
+//! ```
+//!
+//! Inside: `config` parses config.json, `folder` finds the files,
+//! `weights` and `seeded` provide tensors (memory-mapped safetensors or
+//! deterministic random ones), `llama` is the network, `rope` its rotary
+//! embeddings, `paged_attention` its CPU kernels, `cache` the KV storage,
+//! `step` turns a [`StepBatch`] into tensors, `tokenizer` and `incremental`
+//! handle text. docs/models.md is the user-facing description.
 
 mod batch;
+mod cache;
+mod config;
+mod error;
+mod folder;
+mod incremental;
+mod llama;
+mod paged_attention;
+mod rope;
+mod seeded;
+mod step;
+mod tokenizer;
+mod weights;
 
 pub use batch::{SeqStep, StepBatch};
+pub use cache::KvCache;
+pub use config::{Architecture, ModelConfig, RopeScaling, WeightSeed};
+pub use error::ModelError;
+pub use folder::ModelFolder;
+pub use incremental::IncrementalDecoder;
+pub use tokenizer::Tokenizer;
+
+pub use candle_core::{DType, Device, Tensor};
+
+use weights::Weights;
+
+/// A causal language model that runs steps over a paged KV cache.
+pub trait CausalLm: Send {
+    fn config(&self) -> &ModelConfig;
+    fn device(&self) -> &Device;
+    /// The compute dtype; the KV cache must use it too.
+    fn dtype(&self) -> DType;
+    /// Writes the new tokens' K/V into `cache` at `batch.slot_mapping`,
+    /// returns f32 logits [num_seqs, vocab] for each sequence's last new
+    /// token. An inconsistent batch (see [`StepBatch`]) or a cache made for
+    /// another model is an error, never a panic.
+    fn forward(&mut self, batch: &StepBatch, cache: &mut KvCache) -> Result<Tensor, ModelError>;
+}
+
+/// Loads the folder's weights onto `device`, computing in `dtype`; by
+/// default f32 on the CPU (whatever the checkpoint's dtype) and the
+/// checkpoint's `torch_dtype` elsewhere.
+pub fn load_model(
+    folder: &ModelFolder,
+    device: &Device,
+    dtype: Option<DType>,
+) -> Result<Box<dyn CausalLm>, ModelError> {
+    let config = folder.config();
+    let dtype = dtype.unwrap_or(match device {
+        Device::Cpu => DType::F32,
+        _ => config.torch_dtype.unwrap_or(DType::F32),
+    });
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(ModelError::UnsupportedDtype(dtype));
+    }
+    let source = folder.weight_source()?;
+    let model = llama::Llama::new(config, &Weights::new(&source, dtype, device))?;
+    tracing::debug!(
+        model = %folder.name(),
+        parameters = config.num_parameters(),
+        ?dtype,
+        "model loaded"
+    );
+    Ok(Box::new(model))
+}

@@ -1,0 +1,282 @@
+//! The Llama-family decoder (Llama 2/3, Mistral, Qwen2) over a paged KV
+//! cache.
+//!
+//! Papers: "LLaMA: Open and Efficient Foundation Language Models" (Touvron
+//! et al., 2023, arXiv:2302.13971), "Llama 2" (arXiv:2307.09288), "The Llama
+//! 3 Herd of Models" (arXiv:2407.21783); grouped-query attention from "GQA"
+//! (Ainslie et al., 2023, arXiv:2305.13245); Mistral 7B (arXiv:2310.06825)
+//! and Qwen2 (arXiv:2407.10671) differ only in biases and tying, which
+//! [`ModelConfig`] describes.
+//!
+//! A step runs all its new tokens, of every sequence, through each layer
+//! together: one matmul per projection over `[T, hidden]`, then paged
+//! attention per token. Only the last new token of each sequence goes
+//! through the final norm and the LM head.
+
+use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_nn::{Embedding, Linear, RmsNorm};
+
+use crate::paged_attention::{paged_attention, write_kv};
+use crate::rope::{RotaryEmbedding, rotate};
+use crate::seeded::Init;
+use crate::step::{StepLimits, StepTensors};
+use crate::weights::Weights;
+use crate::{CausalLm, KvCache, ModelConfig, ModelError, StepBatch};
+
+/// A projection `y = x W^T + b` whose `W` ([out, in]) is stored
+/// transposed: `Linear` multiplies by `W^T`, and a contiguous right-hand
+/// side saves gemm from repacking the weights on every call, which makes
+/// small-batch steps up to twice as fast on the CPU.
+fn linear(
+    in_dim: usize,
+    out_dim: usize,
+    bias: bool,
+    w: &Weights<'_>,
+) -> std::result::Result<Linear, ModelError> {
+    let weight = w.get((out_dim, in_dim), "weight", Init::Normal)?;
+    let bias = bias
+        .then(|| w.get(out_dim, "bias", Init::Zeros))
+        .transpose()?;
+    Ok(Linear::new(transposed_storage(&weight)?, bias))
+}
+
+/// The same matrix, laid out column-major.
+fn transposed_storage(weight: &Tensor) -> Result<Tensor> {
+    weight.t()?.contiguous()?.t()
+}
+
+fn rms_norm(size: usize, eps: f64, w: &Weights<'_>) -> std::result::Result<RmsNorm, ModelError> {
+    Ok(RmsNorm::new(w.get(size, "weight", Init::Ones)?, eps))
+}
+
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    fn new(cfg: &ModelConfig, w: &Weights<'_>) -> std::result::Result<Self, ModelError> {
+        let (h, i, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+        Ok(Self {
+            gate_proj: linear(h, i, bias, &w.pp("gate_proj"))?,
+            up_proj: linear(h, i, bias, &w.pp("up_proj"))?,
+            down_proj: linear(i, h, bias, &w.pp("down_proj"))?,
+        })
+    }
+}
+
+impl Module for Mlp {
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let lhs = xs.apply(&self.gate_proj)?.silu()?;
+        let rhs = xs.apply(&self.up_proj)?;
+        (lhs * rhs)?.apply(&self.down_proj)
+    }
+}
+
+/// What every layer of one step shares.
+struct StepContext<'a> {
+    step: &'a StepTensors,
+    /// cos and sin of the tokens' rotary angles, [T, head_dim / 2] each.
+    angles: (Tensor, Tensor),
+}
+
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    fn new(cfg: &ModelConfig, w: &Weights<'_>) -> std::result::Result<Self, ModelError> {
+        let h = cfg.hidden_size;
+        let q_dim = cfg.num_attention_heads * cfg.head_dim;
+        let kv_dim = cfg.num_key_value_heads * cfg.head_dim;
+        Ok(Self {
+            q_proj: linear(h, q_dim, cfg.qkv_bias, &w.pp("q_proj"))?,
+            k_proj: linear(h, kv_dim, cfg.qkv_bias, &w.pp("k_proj"))?,
+            v_proj: linear(h, kv_dim, cfg.qkv_bias, &w.pp("v_proj"))?,
+            o_proj: linear(q_dim, h, cfg.o_proj_bias, &w.pp("o_proj"))?,
+            num_heads: cfg.num_attention_heads,
+            num_kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+        })
+    }
+
+    /// `xs` [T, hidden] -> [T, hidden]; writes the tokens' keys and values
+    /// into the layer's cache first.
+    fn forward(
+        &self,
+        xs: &Tensor,
+        ctx: &StepContext<'_>,
+        (key_cache, value_cache): (&Tensor, &Tensor),
+    ) -> Result<Tensor> {
+        let tokens = xs.dim(0)?;
+        let q = xs
+            .apply(&self.q_proj)?
+            .reshape((1, tokens, self.num_heads, self.head_dim))?;
+        let k = xs
+            .apply(&self.k_proj)?
+            .reshape((1, tokens, self.num_kv_heads, self.head_dim))?;
+        let v = xs.apply(&self.v_proj)?;
+        let (q, k) = rotate(&q, &k, &ctx.angles)?;
+        write_kv(key_cache, &k, &ctx.step.slot_mapping)?;
+        write_kv(value_cache, &v, &ctx.step.slot_mapping)?;
+        paged_attention(&q, key_cache, value_cache, ctx.step, self.num_heads)?.apply(&self.o_proj)
+    }
+}
+
+struct DecoderLayer {
+    self_attn: Attention,
+    mlp: Mlp,
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+}
+
+impl DecoderLayer {
+    fn new(cfg: &ModelConfig, w: &Weights<'_>) -> std::result::Result<Self, ModelError> {
+        Ok(Self {
+            self_attn: Attention::new(cfg, &w.pp("self_attn"))?,
+            mlp: Mlp::new(cfg, &w.pp("mlp"))?,
+            input_layernorm: rms_norm(cfg.hidden_size, cfg.rms_norm_eps, &w.pp("input_layernorm"))?,
+            post_attention_layernorm: rms_norm(
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+                &w.pp("post_attention_layernorm"),
+            )?,
+        })
+    }
+
+    fn forward(
+        &self,
+        xs: &Tensor,
+        ctx: &StepContext<'_>,
+        cache: (&Tensor, &Tensor),
+    ) -> Result<Tensor> {
+        let attended = self
+            .self_attn
+            .forward(&xs.apply(&self.input_layernorm)?, ctx, cache)?;
+        let xs = (attended + xs)?;
+        let mlp_out = xs.apply(&self.post_attention_layernorm)?.apply(&self.mlp)?;
+        mlp_out + xs
+    }
+}
+
+/// A Llama-family causal LM; build it with [`crate::load_model`].
+pub(crate) struct Llama {
+    embed_tokens: Embedding,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    rotary: RotaryEmbedding,
+    config: ModelConfig,
+    device: Device,
+    dtype: DType,
+}
+
+impl Llama {
+    pub(crate) fn new(cfg: &ModelConfig, w: &Weights<'_>) -> std::result::Result<Self, ModelError> {
+        let model = w.pp("model");
+        let embeddings = model.pp("embed_tokens").get(
+            (cfg.vocab_size, cfg.hidden_size),
+            "weight",
+            Init::Normal,
+        )?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|index| DecoderLayer::new(cfg, &model.pp("layers").pp(index)))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let lm_head = if cfg.tie_word_embeddings {
+            Linear::new(transposed_storage(&embeddings)?, None)
+        } else {
+            linear(cfg.hidden_size, cfg.vocab_size, false, &w.pp("lm_head"))?
+        };
+        Ok(Self {
+            embed_tokens: Embedding::new(embeddings, cfg.hidden_size),
+            layers,
+            norm: rms_norm(cfg.hidden_size, cfg.rms_norm_eps, &model.pp("norm"))?,
+            lm_head,
+            rotary: RotaryEmbedding::new(cfg, w.dtype(), w.device())?,
+            config: cfg.clone(),
+            device: w.device().clone(),
+            dtype: w.dtype(),
+        })
+    }
+
+    fn check_cache(&self, cache: &KvCache) -> std::result::Result<(), ModelError> {
+        let cfg = &self.config;
+        let expected = (cfg.num_key_value_heads, cfg.head_dim);
+        if cache.num_layers() != cfg.num_hidden_layers || cache.kv_shape() != expected {
+            return Err(ModelError::CacheMismatch(format!(
+                "cache has {} layers of {:?} (kv heads, head dim); the model has {} of {expected:?}",
+                cache.num_layers(),
+                cache.kv_shape(),
+                cfg.num_hidden_layers
+            )));
+        }
+        if cache.dtype() != self.dtype || !cache.device().same_device(&self.device) {
+            return Err(ModelError::CacheMismatch(format!(
+                "cache is {:?} on {:?}; the model computes in {:?} on {:?}",
+                cache.dtype(),
+                cache.device().location(),
+                self.dtype,
+                self.device.location()
+            )));
+        }
+        Ok(())
+    }
+
+    fn run(&self, step: &StepTensors, cache: &KvCache) -> Result<Tensor> {
+        let ctx = StepContext {
+            step,
+            angles: self.rotary.angles(&step.positions)?,
+        };
+        let mut xs = self.embed_tokens.forward(&step.input_ids)?;
+        for (index, layer) in self.layers.iter().enumerate() {
+            xs = layer.forward(&xs, &ctx, cache.layer(index))?;
+        }
+        xs.index_select(&step.last_token_rows, 0)?
+            .apply(&self.norm)?
+            .apply(&self.lm_head)?
+            .to_dtype(DType::F32)
+    }
+}
+
+impl CausalLm for Llama {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn forward(
+        &mut self,
+        batch: &StepBatch,
+        cache: &mut KvCache,
+    ) -> std::result::Result<Tensor, ModelError> {
+        self.check_cache(cache)?;
+        let limits = StepLimits {
+            vocab_size: self.config.vocab_size,
+            max_position_embeddings: self.config.max_position_embeddings,
+            num_blocks: cache.num_blocks(),
+            block_size: cache.block_size(),
+            table_width: cache.max_blocks_per_seq(),
+        };
+        let step = StepTensors::new(batch, limits, &self.device)?;
+        // On the CPU this runs the step inside candle's own thread pool, so
+        // the many short parallel sections of a step (every matmul, the
+        // attention kernel) start on warm workers instead of waking them
+        // from this thread each time.
+        let cache = &*cache;
+        Ok(self.device.with_context(|| self.run(&step, cache))?)
+    }
+}

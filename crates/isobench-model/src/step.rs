@@ -1,0 +1,223 @@
+//! A step's input as tensors: [`StepBatch`] checked against the model and
+//! the cache, then laid out the way the attention kernels read it.
+//!
+//! For a step with `T` new tokens over `B` sequences:
+//! `input_ids [T]`, `positions [T]`, `slot_mapping [T]`,
+//! `block_tables [B, W]` (each row padded with block 0 to the cache's
+//! [`crate::KvCache::max_blocks_per_seq`] `W`), `context_lens [B]`,
+//! `query_starts [B + 1]` (where each sequence's new tokens start in the
+//! flattened token list) and `last_token_rows [B]`. All are u32. A decode
+//! step of batch `B` always has `T = B`, so every shape depends on `B`
+//! alone: nothing the kernels read changes shape between steps, which is
+//! what capturing decode steps into CUDA graphs needs.
+
+use candle_core::{Device, Tensor};
+
+use crate::{ModelError, StepBatch};
+
+/// What a step is checked against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StepLimits {
+    pub vocab_size: usize,
+    pub max_position_embeddings: usize,
+    pub num_blocks: usize,
+    pub block_size: usize,
+    pub table_width: usize,
+}
+
+pub(crate) struct StepTensors {
+    pub input_ids: Tensor,
+    pub positions: Tensor,
+    pub slot_mapping: Tensor,
+    pub block_tables: Tensor,
+    pub context_lens: Tensor,
+    pub query_starts: Tensor,
+    pub last_token_rows: Tensor,
+}
+
+impl StepTensors {
+    pub(crate) fn new(
+        batch: &StepBatch,
+        limits: StepLimits,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
+        validate(batch, limits)?;
+        let num_seqs = batch.seqs.len();
+        let width = limits.table_width;
+        let mut block_tables = vec![0u32; num_seqs * width];
+        let mut context_lens = Vec::with_capacity(num_seqs);
+        let mut query_starts = Vec::with_capacity(num_seqs + 1);
+        let mut last_token_rows = Vec::with_capacity(num_seqs);
+        let mut start = 0u32;
+        query_starts.push(start);
+        for (seq, row) in batch.seqs.iter().zip(block_tables.chunks_exact_mut(width)) {
+            row[..seq.block_table.len()].copy_from_slice(&seq.block_table);
+            context_lens.push(seq.context_len);
+            start += seq.num_new_tokens;
+            query_starts.push(start);
+            last_token_rows.push(start - 1);
+        }
+        let tokens = batch.token_ids.len();
+        Ok(Self {
+            input_ids: Tensor::from_slice(&batch.token_ids, tokens, device)?,
+            positions: Tensor::from_slice(&batch.positions, tokens, device)?,
+            slot_mapping: Tensor::from_slice(&batch.slot_mapping, tokens, device)?,
+            block_tables: Tensor::from_vec(block_tables, (num_seqs, width), device)?,
+            context_lens: Tensor::from_vec(context_lens, num_seqs, device)?,
+            query_starts: Tensor::from_vec(query_starts, num_seqs + 1, device)?,
+            last_token_rows: Tensor::from_vec(last_token_rows, num_seqs, device)?,
+        })
+    }
+}
+
+/// Checks that the batch is self-consistent and fits the model and cache:
+/// a scheduler bug shows up as an error here rather than as wrong attention.
+pub(crate) fn validate(batch: &StepBatch, limits: StepLimits) -> Result<(), ModelError> {
+    let invalid = |message: String| Err(ModelError::InvalidBatch(message));
+    if batch.seqs.is_empty() {
+        return invalid("no sequences".into());
+    }
+    let tokens = batch.token_ids.len();
+    let declared: u64 = batch.seqs.iter().map(|s| u64::from(s.num_new_tokens)).sum();
+    if declared != tokens as u64
+        || batch.positions.len() != tokens
+        || batch.slot_mapping.len() != tokens
+    {
+        return invalid(format!(
+            "token_ids ({tokens}), positions ({}), slot_mapping ({}) and the sequences' num_new_tokens (sum {declared}) must all agree",
+            batch.positions.len(),
+            batch.slot_mapping.len()
+        ));
+    }
+    let mut first_token = 0usize;
+    for (index, seq) in batch.seqs.iter().enumerate() {
+        let new = seq.num_new_tokens as usize;
+        let context = seq.context_len as usize;
+        if new == 0 || new > context {
+            return invalid(format!(
+                "sequence {index}: num_new_tokens ({new}) must be between 1 and context_len ({context})"
+            ));
+        }
+        let needed_blocks = context.div_ceil(limits.block_size);
+        if seq.block_table.len() < needed_blocks || seq.block_table.len() > limits.table_width {
+            return invalid(format!(
+                "sequence {index}: block table has {} blocks; context_len {context} needs {needed_blocks} (at most {} fit a row)",
+                seq.block_table.len(),
+                limits.table_width
+            ));
+        }
+        if let Some(block) = seq
+            .block_table
+            .iter()
+            .find(|&&b| b as usize >= limits.num_blocks)
+        {
+            return invalid(format!(
+                "sequence {index}: block {block} is outside the cache ({} blocks)",
+                limits.num_blocks
+            ));
+        }
+        for offset in 0..new {
+            let token = first_token + offset;
+            let context_index = context - new + offset;
+            let expected_slot = seq.block_table[context_index / limits.block_size] as usize
+                * limits.block_size
+                + context_index % limits.block_size;
+            if batch.slot_mapping[token] as usize != expected_slot {
+                return invalid(format!(
+                    "token {token} (sequence {index}, context index {context_index}): slot {} but its block table puts it in slot {expected_slot}",
+                    batch.slot_mapping[token]
+                ));
+            }
+            if batch.token_ids[token] as usize >= limits.vocab_size {
+                return invalid(format!(
+                    "token {token}: id {} is outside the vocabulary ({} ids)",
+                    batch.token_ids[token], limits.vocab_size
+                ));
+            }
+            if batch.positions[token] as usize >= limits.max_position_embeddings {
+                return invalid(format!(
+                    "token {token}: position {} is beyond max_position_embeddings ({})",
+                    batch.positions[token], limits.max_position_embeddings
+                ));
+            }
+        }
+        first_token += new;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SeqStep;
+
+    const LIMITS: StepLimits = StepLimits {
+        vocab_size: 100,
+        max_position_embeddings: 64,
+        num_blocks: 8,
+        block_size: 4,
+        table_width: 16,
+    };
+
+    /// Sequence A decodes its 6th token (blocks 3, 1); B prefills 3 tokens (block 5).
+    fn mixed_batch() -> StepBatch {
+        StepBatch {
+            token_ids: vec![7, 1, 2, 3],
+            positions: vec![5, 0, 1, 2],
+            slot_mapping: vec![5, 20, 21, 22],
+            seqs: vec![
+                SeqStep {
+                    num_new_tokens: 1,
+                    context_len: 6,
+                    block_table: vec![3, 1],
+                },
+                SeqStep {
+                    num_new_tokens: 3,
+                    context_len: 3,
+                    block_table: vec![5],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn builds_padded_tables_and_offsets() {
+        let step = StepTensors::new(&mixed_batch(), LIMITS, &Device::Cpu).unwrap();
+        assert_eq!(step.block_tables.dims(), &[2, 16]);
+        let tables = step.block_tables.to_vec2::<u32>().unwrap();
+        assert_eq!(&tables[0][..3], &[3, 1, 0]);
+        assert_eq!(step.query_starts.to_vec1::<u32>().unwrap(), vec![0, 1, 4]);
+        assert_eq!(step.last_token_rows.to_vec1::<u32>().unwrap(), vec![0, 3]);
+        assert_eq!(step.context_lens.to_vec1::<u32>().unwrap(), vec![6, 3]);
+    }
+
+    #[test]
+    fn rejects_inconsistent_batches() {
+        type Breakage = Box<dyn Fn(&mut StepBatch)>;
+        let cases: Vec<(&str, Breakage)> = vec![
+            (
+                "must all agree",
+                Box::new(|b| b.positions.pop().map(drop).unwrap()),
+            ),
+            ("slot 6 but", Box::new(|b| b.slot_mapping[0] = 6)),
+            (
+                "outside the cache",
+                Box::new(|b| b.seqs[1].block_table[0] = 8),
+            ),
+            ("needs 2", Box::new(|b| b.seqs[0].block_table.truncate(1))),
+            ("outside the vocabulary", Box::new(|b| b.token_ids[2] = 100)),
+            ("max_position_embeddings", Box::new(|b| b.positions[0] = 64)),
+            (
+                "between 1 and context_len",
+                Box::new(|b| b.seqs[0].context_len = 0),
+            ),
+        ];
+        for (expected, break_it) in cases {
+            let mut batch = mixed_batch();
+            break_it(&mut batch);
+            let err = validate(&batch, LIMITS).unwrap_err();
+            assert_eq!(err.kind(), "invalid_batch");
+            assert!(err.to_string().contains(expected), "{expected}: {err}");
+        }
+    }
+}

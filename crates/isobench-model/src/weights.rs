@@ -1,0 +1,169 @@
+//! Where a model's tensors come from, and how model code asks for them.
+//!
+//! A [`WeightSource`] is either memory-mapped safetensors files (one
+//! `model.safetensors`, or the shards listed by
+//! `model.safetensors.index.json`) or the seeded generator of
+//! [`crate::seeded`]. [`Weights`] is a view with a name prefix, like
+//! candle's `VarBuilder`: model code writes
+//! `w.pp("self_attn").pp("q_proj").get((out, hidden), "weight", Init::Normal)`
+//! with the checkpoint's own names, and a wrong or missing tensor is an
+//! error that names the file, the tensor and the shape config.json implies.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use candle_core::safetensors::{Load, MmapedSafetensors};
+use candle_core::{DType, Device, Shape, Tensor};
+
+use crate::seeded::{self, Init};
+use crate::{ModelError, WeightSeed};
+
+pub(crate) enum WeightSource {
+    Files(SafetensorsFiles),
+    Seeded(WeightSeed),
+}
+
+/// Memory-mapped safetensors files and which file holds each tensor.
+pub(crate) struct SafetensorsFiles {
+    files: Vec<(PathBuf, MmapedSafetensors)>,
+    location: HashMap<String, usize>,
+}
+
+impl SafetensorsFiles {
+    pub(crate) fn open(paths: &[PathBuf]) -> Result<Self, ModelError> {
+        let mut files = Vec::with_capacity(paths.len());
+        let mut location = HashMap::new();
+        for path in paths {
+            // SAFETY: the file is mapped read-only; like every safetensors
+            // loader we rely on it not being truncated while the model runs.
+            let mapped = unsafe { MmapedSafetensors::new(path) }.map_err(|err| {
+                ModelError::InvalidWeights {
+                    path: path.clone(),
+                    message: format!("not a readable safetensors file: {err}"),
+                }
+            })?;
+            for (name, _) in mapped.tensors() {
+                location.insert(name, files.len());
+            }
+            files.push((path.clone(), mapped));
+        }
+        Ok(Self { files, location })
+    }
+
+    fn get(
+        &self,
+        name: &str,
+        shape: &Shape,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor, ModelError> {
+        let Some(&index) = self.location.get(name) else {
+            return Err(ModelError::MissingWeight {
+                name: name.to_string(),
+                files: self.file_list(),
+            });
+        };
+        let (path, mapped) = &self.files[index];
+        let invalid = |message: String| ModelError::InvalidWeights {
+            path: path.clone(),
+            message,
+        };
+        let view = mapped
+            .get(name)
+            .map_err(|err| invalid(format!("tensor `{name}`: {err}")))?;
+        if view.shape() != shape.dims() {
+            return Err(ModelError::WeightShape {
+                path: path.clone(),
+                name: name.to_string(),
+                expected: shape.dims().to_vec(),
+                found: view.shape().to_vec(),
+            });
+        }
+        let tensor = view
+            .load(device)
+            .map_err(|err| invalid(format!("tensor `{name}`: {err}")))?;
+        if !tensor.dtype().is_float() {
+            return Err(invalid(format!(
+                "tensor `{name}` has dtype {:?}; accepted: f32, f16, bf16",
+                tensor.dtype()
+            )));
+        }
+        Ok(tensor.to_dtype(dtype)?)
+    }
+
+    fn file_list(&self) -> String {
+        let names: Vec<String> = self
+            .files
+            .iter()
+            .map(|(path, _)| path.display().to_string())
+            .collect();
+        names.join(", ")
+    }
+}
+
+/// A prefixed view of a [`WeightSource`] that loads tensors in one dtype
+/// onto one device.
+#[derive(Clone)]
+pub(crate) struct Weights<'a> {
+    source: &'a WeightSource,
+    prefix: String,
+    dtype: DType,
+    device: &'a Device,
+}
+
+impl<'a> Weights<'a> {
+    pub(crate) fn new(source: &'a WeightSource, dtype: DType, device: &'a Device) -> Self {
+        Self {
+            source,
+            prefix: String::new(),
+            dtype,
+            device,
+        }
+    }
+
+    pub(crate) fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub(crate) fn device(&self) -> &'a Device {
+        self.device
+    }
+
+    /// The view one level down: `pp("q_proj")` turns `model.layers.0.self_attn`
+    /// into `model.layers.0.self_attn.q_proj`.
+    pub(crate) fn pp(&self, name: impl std::fmt::Display) -> Self {
+        let prefix = if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{name}", self.prefix)
+        };
+        Self {
+            prefix,
+            ..self.clone()
+        }
+    }
+
+    /// Tensor `name` under this view's prefix, checked against `shape`.
+    /// `init` says how the seeded generator fills it.
+    pub(crate) fn get(
+        &self,
+        shape: impl Into<Shape>,
+        name: &str,
+        init: Init,
+    ) -> Result<Tensor, ModelError> {
+        let shape = shape.into();
+        let full_name = if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{name}", self.prefix)
+        };
+        match self.source {
+            WeightSource::Files(files) => files.get(&full_name, &shape, self.dtype, self.device),
+            WeightSource::Seeded(seed) => {
+                let values = seeded::generate(*seed, &full_name, shape.elem_count(), init);
+                let tensor = Tensor::from_vec(values, shape, &Device::Cpu)?;
+                Ok(tensor.to_dtype(self.dtype)?.to_device(self.device)?)
+            }
+        }
+    }
+}
