@@ -1,1 +1,56 @@
-//! isobench-server
+//! isobench-server: the embedded model server. An OpenAI-compatible HTTP
+//! API in front of one engine thread that runs a Candle causal LM
+//! ([`isobench_model`]) over a paged KV cache, with static, dynamic or
+//! continuous batching.
+//!
+//! ```no_run
+//! use isobench_server::{BatchingConfig, Server, ServerConfig};
+//!
+//! # async fn run() -> Result<(), isobench_server::ServerError> {
+//! let mut config = ServerConfig::new("models/tiny-llama");
+//! config.port = 0; // any free port
+//! config.batching = BatchingConfig::Static { max_batch_size: 8 };
+//! let server = Server::start(config).await?;
+//! println!("OpenAI API at {}/v1, model {}", server.url(), server.model_name());
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! How a request flows:
+//! - `http` parses the body and checks the API key; `validate` turns the
+//!   request into a `ValidRequest` (prompt tokenized, through the
+//!   [`chat_template`] for chat, parameters in range, `max_tokens` fitting
+//!   the context and the pool) or a 400/404.
+//! - `engine` queues it (429 when `--max-waiting` requests already wait)
+//!   for the engine thread, which owns the model, the KV cache and the
+//!   [`scheduler`] state. Each step the [`policy`] admits waiting requests,
+//!   the scheduler plans decode tokens and prefill chunks over the
+//!   [`blocks`] pool (preempting the newest sequence when it runs out), the
+//!   model runs, the [`sampler`] picks tokens, and text goes back through
+//!   the [`stop`]-string matcher on the request's event channel.
+//! - `respond` turns those events into a JSON body or an SSE stream;
+//!   [`metrics`] feeds `GET /metrics`.
+//!
+//! Configuration: [`ServerConfig`] (validated) and [`ServerArgs`] (the clap
+//! flags of `isobench serve`) in [`config`]; errors in [`error`].
+
+pub mod blocks;
+pub mod chat_template;
+pub mod config;
+mod engine;
+pub mod error;
+mod http;
+pub mod metrics;
+pub mod policy;
+mod respond;
+pub mod sampler;
+pub mod scheduler;
+mod server;
+pub mod stop;
+mod validate;
+
+pub use config::{
+    BatchingConfig, BatchingKind, ByteSize, DTypeArg, KvPoolSize, ServerArgs, ServerConfig,
+};
+pub use error::ServerError;
+pub use server::{SHUTDOWN_GRACE, Server, ServerHandle, ServerStats};

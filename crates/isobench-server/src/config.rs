@@ -1,0 +1,537 @@
+//! Server configuration: the validated [`ServerConfig`] the server runs
+//! with, and [`ServerArgs`], the raw command-line flags (clap derive, with
+//! `ISOBENCH_*` environment fallbacks) that turn into one.
+//!
+//! Every knob has a documented default, so `ServerConfig::new(model_path)`
+//! is a complete configuration; [`ServerArgs::into_config`] rejects
+//! combinations that make no sense (a knob of another batching policy, a
+//! token budget smaller than the sequence limit) with a message naming the
+//! flag and what it accepts.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::ServerError;
+
+/// Default `--block-size`: tokens per KV-cache block.
+pub const DEFAULT_BLOCK_SIZE: u32 = 16;
+/// Default KV pool budget when neither `--kv-blocks` nor `--kv-memory` is given.
+pub const DEFAULT_KV_MEMORY: ByteSize = ByteSize(512 * 1024 * 1024);
+/// Default `--max-waiting`: requests queued for admission before 429.
+pub const DEFAULT_MAX_WAITING: usize = 1024;
+/// Default `--max-batch-size` of the static and dynamic policies.
+pub const DEFAULT_MAX_BATCH_SIZE: u32 = 32;
+/// Default `--max-wait` of the dynamic policy.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_millis(50);
+/// Default `--max-num-seqs` of the continuous policy.
+pub const DEFAULT_MAX_NUM_SEQS: u32 = 64;
+/// Default `--max-num-batched-tokens` of the continuous policy.
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 512;
+/// Default `--max-body`: the largest request body accepted.
+pub const DEFAULT_MAX_BODY: ByteSize = ByteSize(4 * 1024 * 1024);
+/// Default `--api-key-env`.
+pub const DEFAULT_API_KEY_ENV: &str = "ISOBENCH_API_KEY";
+
+/// Everything the server needs to start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// Model folder (Hugging Face layout).
+    pub model: PathBuf,
+    /// Name clients use in `model`; the folder name when `None`.
+    pub served_model_name: Option<String>,
+    pub host: IpAddr,
+    /// 0 picks a free port (see [`crate::ServerHandle::addr`]).
+    pub port: u16,
+    pub batching: BatchingConfig,
+    /// Tokens per KV-cache block.
+    pub block_size: u32,
+    pub kv_pool: KvPoolSize,
+    /// Requests waiting for admission before new ones get 429.
+    pub max_waiting: usize,
+    /// Context length limit; the model's `max_position_embeddings` when `None`
+    /// (a larger value is rejected at start).
+    pub max_model_len: Option<u32>,
+    /// Environment variable holding the API key; when it is set and not
+    /// empty, `/v1/*` requests must send `Authorization: Bearer <key>`.
+    pub api_key_env: String,
+    /// Compute dtype; the model's default (f32 on CPU) when `None`.
+    pub dtype: Option<DTypeArg>,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl ServerConfig {
+    /// A configuration with every default: continuous batching, 127.0.0.1:8000.
+    pub fn new(model: impl Into<PathBuf>) -> Self {
+        Self {
+            model: model.into(),
+            served_model_name: None,
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 8000,
+            batching: BatchingConfig::default(),
+            block_size: DEFAULT_BLOCK_SIZE,
+            kv_pool: KvPoolSize::Memory(DEFAULT_KV_MEMORY),
+            max_waiting: DEFAULT_MAX_WAITING,
+            max_model_len: None,
+            api_key_env: DEFAULT_API_KEY_ENV.to_owned(),
+            dtype: None,
+            max_body_bytes: DEFAULT_MAX_BODY.0 as usize,
+        }
+    }
+
+    /// Checks the knobs that need no model: positive sizes, budgets that
+    /// can hold the sequence limit.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let bad = |flag: &'static str, message: String| ServerError::Config { flag, message };
+        if self.block_size == 0 || self.block_size > 1024 {
+            return Err(bad(
+                "--block-size",
+                format!("got {}; accepted: 1 to 1024 tokens", self.block_size),
+            ));
+        }
+        match self.kv_pool {
+            KvPoolSize::Blocks(0) => {
+                return Err(bad(
+                    "--kv-blocks",
+                    "got 0; accepted: at least 1 block".into(),
+                ));
+            }
+            KvPoolSize::Memory(ByteSize(0)) => {
+                return Err(bad(
+                    "--kv-memory",
+                    "got 0 bytes; accepted: a size such as 512MiB".into(),
+                ));
+            }
+            _ => {}
+        }
+        if self.max_waiting == 0 {
+            return Err(bad(
+                "--max-waiting",
+                "got 0; accepted: at least 1 request".into(),
+            ));
+        }
+        if self.max_model_len == Some(0) {
+            return Err(bad(
+                "--max-model-len",
+                "got 0; accepted: at least 1 token".into(),
+            ));
+        }
+        if self.max_body_bytes == 0 {
+            return Err(bad(
+                "--max-body",
+                "got 0 bytes; accepted: a size such as 4MiB".into(),
+            ));
+        }
+        if self.api_key_env.is_empty() {
+            return Err(bad(
+                "--api-key-env",
+                "got an empty name; accepted: an environment variable name".into(),
+            ));
+        }
+        self.batching.validate()
+    }
+
+    /// The model name clients send: the configured one, else the folder name.
+    pub fn model_name(&self) -> String {
+        if let Some(name) = &self.served_model_name {
+            return name.clone();
+        }
+        self.model
+            .canonicalize()
+            .unwrap_or_else(|_| self.model.clone())
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".to_owned())
+    }
+}
+
+/// Which batching policy runs, with its knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchingConfig {
+    /// Take up to `max_batch_size` waiting requests, run them to completion.
+    Static { max_batch_size: u32 },
+    /// Start a batch at `max_batch_size` requests or once the oldest has
+    /// waited `max_wait`; run it to completion.
+    Dynamic {
+        max_batch_size: u32,
+        max_wait: Duration,
+    },
+    /// Admit and retire sequences every step, at most `max_num_seqs` running
+    /// and `max_num_batched_tokens` computed per step (prefill is chunked).
+    Continuous {
+        max_num_seqs: u32,
+        max_num_batched_tokens: u32,
+    },
+}
+
+impl Default for BatchingConfig {
+    fn default() -> Self {
+        BatchingConfig::Continuous {
+            max_num_seqs: DEFAULT_MAX_NUM_SEQS,
+            max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        }
+    }
+}
+
+impl BatchingConfig {
+    pub fn kind(&self) -> BatchingKind {
+        match self {
+            BatchingConfig::Static { .. } => BatchingKind::Static,
+            BatchingConfig::Dynamic { .. } => BatchingKind::Dynamic,
+            BatchingConfig::Continuous { .. } => BatchingKind::Continuous,
+        }
+    }
+
+    /// The most sequences that run at once.
+    pub fn max_running(&self) -> u32 {
+        match *self {
+            BatchingConfig::Static { max_batch_size } => max_batch_size,
+            BatchingConfig::Dynamic { max_batch_size, .. } => max_batch_size,
+            BatchingConfig::Continuous { max_num_seqs, .. } => max_num_seqs,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ServerError> {
+        let bad = |flag: &'static str, message: String| ServerError::Config { flag, message };
+        match *self {
+            BatchingConfig::Static { max_batch_size }
+            | BatchingConfig::Dynamic { max_batch_size, .. } => {
+                if max_batch_size == 0 {
+                    return Err(bad(
+                        "--max-batch-size",
+                        "got 0; accepted: at least 1".into(),
+                    ));
+                }
+            }
+            BatchingConfig::Continuous {
+                max_num_seqs,
+                max_num_batched_tokens,
+            } => {
+                if max_num_seqs == 0 {
+                    return Err(bad("--max-num-seqs", "got 0; accepted: at least 1".into()));
+                }
+                if max_num_batched_tokens < max_num_seqs {
+                    return Err(bad(
+                        "--max-num-batched-tokens",
+                        format!(
+                            "got {max_num_batched_tokens}, fewer than --max-num-seqs {max_num_seqs}; \
+                             accepted: at least one token per running sequence"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `--batching` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BatchingKind {
+    Static,
+    Dynamic,
+    Continuous,
+}
+
+impl BatchingKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            BatchingKind::Static => "static",
+            BatchingKind::Dynamic => "dynamic",
+            BatchingKind::Continuous => "continuous",
+        }
+    }
+}
+
+impl fmt::Display for BatchingKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How big the KV block pool is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvPoolSize {
+    /// Exactly this many blocks.
+    Blocks(u32),
+    /// As many blocks as fit in this many bytes of cache.
+    Memory(ByteSize),
+}
+
+/// The `--dtype` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DTypeArg {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl DTypeArg {
+    pub fn to_candle(self) -> candle_core::DType {
+        match self {
+            DTypeArg::F32 => candle_core::DType::F32,
+            DTypeArg::Bf16 => candle_core::DType::BF16,
+            DTypeArg::F16 => candle_core::DType::F16,
+        }
+    }
+}
+
+/// A size in bytes, parsed from `512MiB`, `1GiB`, `64KiB`, `2GB`, `1000000`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+impl FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let trimmed = text.trim();
+        let split = trimmed
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(trimmed.len());
+        let (number, unit) = trimmed.split_at(split);
+        let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kb" => 1_000,
+            "kib" => 1 << 10,
+            "m" | "mb" => 1_000_000,
+            "mib" => 1 << 20,
+            "g" | "gb" => 1_000_000_000,
+            "gib" => 1 << 30,
+            _ => return Err(byte_size_help(text)),
+        };
+        let value: f64 = number.parse().map_err(|_| byte_size_help(text))?;
+        let bytes = value * multiplier as f64;
+        if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+            return Err(byte_size_help(text));
+        }
+        Ok(ByteSize(bytes as u64))
+    }
+}
+
+fn byte_size_help(text: &str) -> String {
+    format!(
+        "`{text}` is not a size; accepted: a number of bytes with an optional unit (B, KB, KiB, MB, MiB, GB, GiB), e.g. 512MiB"
+    )
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+        for (size, unit) in UNITS {
+            if self.0 >= size && self.0.is_multiple_of(size) {
+                return write!(f, "{}{unit}", self.0 / size);
+            }
+        }
+        write!(f, "{}B", self.0)
+    }
+}
+
+/// The server's command-line flags, for `isobench serve` (flatten them into
+/// a clap command) and anything else that wants the same flags. Turn them
+/// into a [`ServerConfig`] with [`ServerArgs::into_config`].
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerArgs {
+    /// Model folder (Hugging Face layout: config.json, tokenizer.json, weights or a seed).
+    #[arg(long, env = "ISOBENCH_MODEL")]
+    pub model: PathBuf,
+    /// Name clients send in `model` [default: the folder name].
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Address to bind; 0.0.0.0 exposes the server to the network.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port to bind; 0 picks a free one.
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Batching policy.
+    #[arg(long, value_enum, default_value_t = BatchingKind::Continuous)]
+    pub batching: BatchingKind,
+    /// static/dynamic: the most requests in one batch [default: 32].
+    #[arg(long)]
+    pub max_batch_size: Option<u32>,
+    /// dynamic: start a smaller batch once the oldest request waited this long [default: 50ms].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_wait: Option<Duration>,
+    /// continuous: the most sequences running at once [default: 64].
+    #[arg(long)]
+    pub max_num_seqs: Option<u32>,
+    /// continuous: tokens computed per step, decode tokens plus prefill chunks [default: 512].
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// Tokens per KV-cache block.
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
+    pub block_size: u32,
+    /// KV pool size in blocks (instead of --kv-memory).
+    #[arg(long, conflicts_with = "kv_memory")]
+    pub kv_blocks: Option<u32>,
+    /// KV pool size as a memory budget, e.g. 512MiB or 2GiB [default: 512MiB].
+    #[arg(long)]
+    pub kv_memory: Option<ByteSize>,
+    /// Requests waiting for admission before new ones get HTTP 429.
+    #[arg(long, default_value_t = DEFAULT_MAX_WAITING)]
+    pub max_waiting: usize,
+    /// Context length limit [default: the model's max_position_embeddings].
+    #[arg(long)]
+    pub max_model_len: Option<u32>,
+    /// Environment variable holding the API key; when set, requests must send it as a bearer token.
+    #[arg(long, default_value = DEFAULT_API_KEY_ENV)]
+    pub api_key_env: String,
+    /// Compute dtype [default: the model's, f32 on CPU].
+    #[arg(long, value_enum)]
+    pub dtype: Option<DTypeArg>,
+    /// Largest request body accepted, e.g. 4MiB.
+    #[arg(long, default_value_t = DEFAULT_MAX_BODY)]
+    pub max_body: ByteSize,
+}
+
+impl ServerArgs {
+    /// The validated configuration these flags describe.
+    pub fn into_config(self) -> Result<ServerConfig, ServerError> {
+        let batching = self.batching_config()?;
+        let kv_pool = match (self.kv_blocks, self.kv_memory) {
+            (Some(blocks), _) => KvPoolSize::Blocks(blocks),
+            (None, Some(bytes)) => KvPoolSize::Memory(bytes),
+            (None, None) => KvPoolSize::Memory(DEFAULT_KV_MEMORY),
+        };
+        let max_body_bytes = usize::try_from(self.max_body.0).map_err(|_| ServerError::Config {
+            flag: "--max-body",
+            message: format!("{} is too large for this machine", self.max_body),
+        })?;
+        let config = ServerConfig {
+            model: self.model,
+            served_model_name: self.served_model_name,
+            host: self.host,
+            port: self.port,
+            batching,
+            block_size: self.block_size,
+            kv_pool,
+            max_waiting: self.max_waiting,
+            max_model_len: self.max_model_len,
+            api_key_env: self.api_key_env,
+            dtype: self.dtype,
+            max_body_bytes,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn batching_config(&self) -> Result<BatchingConfig, ServerError> {
+        let kind = self.batching;
+        let reject = |flag: &'static str, applies_to: &str| ServerError::Config {
+            flag,
+            message: format!("applies only to --batching {applies_to}, not --batching {kind}"),
+        };
+        if kind == BatchingKind::Continuous && self.max_batch_size.is_some() {
+            return Err(reject("--max-batch-size", "static or dynamic"));
+        }
+        if kind != BatchingKind::Dynamic && self.max_wait.is_some() {
+            return Err(reject("--max-wait", "dynamic"));
+        }
+        if kind != BatchingKind::Continuous {
+            if self.max_num_seqs.is_some() {
+                return Err(reject("--max-num-seqs", "continuous"));
+            }
+            if self.max_num_batched_tokens.is_some() {
+                return Err(reject("--max-num-batched-tokens", "continuous"));
+            }
+        }
+        let max_batch_size = self.max_batch_size.unwrap_or(DEFAULT_MAX_BATCH_SIZE);
+        Ok(match kind {
+            BatchingKind::Static => BatchingConfig::Static { max_batch_size },
+            BatchingKind::Dynamic => BatchingConfig::Dynamic {
+                max_batch_size,
+                max_wait: self.max_wait.unwrap_or(DEFAULT_MAX_WAIT),
+            },
+            BatchingKind::Continuous => {
+                let max_num_seqs = self.max_num_seqs.unwrap_or(DEFAULT_MAX_NUM_SEQS);
+                BatchingConfig::Continuous {
+                    max_num_seqs,
+                    max_num_batched_tokens: self
+                        .max_num_batched_tokens
+                        .unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS.max(max_num_seqs)),
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        server: ServerArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ServerConfig, String> {
+        let mut argv = vec!["serve", "--model", "models/tiny-llama"];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        cli.server.into_config().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_are_continuous_on_localhost() {
+        let config = parse(&[]).unwrap();
+        assert_eq!(config, ServerConfig::new("models/tiny-llama"));
+        assert_eq!(config.host.to_string(), "127.0.0.1");
+        assert_eq!(config.model_name(), "tiny-llama");
+    }
+
+    #[test]
+    fn policy_knobs_are_parsed() {
+        let config = parse(&[
+            "--batching",
+            "dynamic",
+            "--max-batch-size",
+            "8",
+            "--max-wait",
+            "20ms",
+        ])
+        .unwrap();
+        assert_eq!(
+            config.batching,
+            BatchingConfig::Dynamic {
+                max_batch_size: 8,
+                max_wait: Duration::from_millis(20)
+            }
+        );
+        let config = parse(&["--kv-memory", "64MiB", "--max-num-seqs", "4"]).unwrap();
+        assert_eq!(config.kv_pool, KvPoolSize::Memory(ByteSize(64 << 20)));
+        assert_eq!(config.batching.max_running(), 4);
+    }
+
+    #[test]
+    fn knob_of_another_policy_is_rejected_by_name() {
+        let err = parse(&["--batching", "static", "--max-wait", "5ms"]).unwrap_err();
+        assert!(
+            err.contains("--max-wait") && err.contains("dynamic"),
+            "{err}"
+        );
+        let err = parse(&["--max-batch-size", "4"]).unwrap_err();
+        assert!(err.contains("--max-batch-size"), "{err}");
+        let err = parse(&["--max-num-seqs", "64", "--max-num-batched-tokens", "8"]).unwrap_err();
+        assert!(err.contains("--max-num-batched-tokens"), "{err}");
+        let err = parse(&["--kv-blocks", "4", "--kv-memory", "1MiB"]).unwrap_err();
+        assert!(err.contains("--kv-memory"), "{err}");
+    }
+
+    #[test]
+    fn byte_sizes_parse_and_print() {
+        assert_eq!("512MiB".parse::<ByteSize>().unwrap(), ByteSize(512 << 20));
+        assert_eq!("1.5GiB".parse::<ByteSize>().unwrap(), ByteSize(3 << 29));
+        assert_eq!("2 GB".parse::<ByteSize>().unwrap(), ByteSize(2_000_000_000));
+        assert_eq!("4096".parse::<ByteSize>().unwrap(), ByteSize(4096));
+        assert!("lots".parse::<ByteSize>().unwrap_err().contains("512MiB"));
+        assert!("5 parsecs".parse::<ByteSize>().is_err());
+        assert_eq!(ByteSize(4 << 20).to_string(), "4MiB");
+        assert_eq!(ByteSize(1000).to_string(), "1000B");
+    }
+}

@@ -1,0 +1,473 @@
+//! The engine loop: one OS thread that owns the model, the KV cache and the
+//! scheduler [`State`] (with its block pool), and runs steps back to back.
+//!
+//! HTTP handlers reach it through an [`EngineHandle`]: `submit` takes a
+//! slot in the bounded waiting queue (or answers 429), sends the
+//! [`ValidRequest`] over an mpsc channel, and returns the receiver of that
+//! request's [`Event`]s: text as it is generated (detokenized incrementally,
+//! never half a UTF-8 character, held back while it could be the start of a
+//! stop string), then one `Finished` or `Failed`.
+//!
+//! Each loop turn takes new requests, drops sequences whose client went
+//! away (their event receiver is closed; their blocks are freed by the
+//! drop), plans a step, runs the model on it, samples one token for every
+//! sequence whose step reached its last token, and retires finished ones.
+//! With nothing to do the thread sleeps in `recv` (or until the dynamic
+//! policy's deadline). It exits once every handle is dropped and the last
+//! sequence is done.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use isobench_api::{FinishReason, Usage};
+use isobench_model::{CausalLm, IncrementalDecoder, KvCache, Tokenizer};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use crate::error::ServerError;
+use crate::metrics::{Metrics, StepPhase};
+use crate::sampler::Sampler;
+use crate::scheduler::{Schedule, Sequence, State, StepSummary};
+use crate::stop::{StopMatcher, StopOutcome};
+use crate::validate::ValidRequest;
+
+/// What the engine tells a request's handler.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Newly generated text; `completion_tokens` counts the tokens generated
+    /// so far.
+    Text {
+        text: String,
+        completion_tokens: u32,
+    },
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+    },
+    Failed {
+        message: String,
+    },
+}
+
+/// Requests queued for admission, bounded by `--max-waiting`.
+#[derive(Debug)]
+struct AdmissionQueue {
+    queued: AtomicUsize,
+    max: usize,
+}
+
+/// A place in the waiting queue, given back on drop: when the request
+/// starts running, or is dropped while waiting.
+#[derive(Debug)]
+struct QueuePermit(Arc<AdmissionQueue>);
+
+impl Drop for QueuePermit {
+    fn drop(&mut self) {
+        self.0.queued.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct EngineRequest {
+    request: ValidRequest,
+    arrived: Instant,
+    events: UnboundedSender<Event>,
+    permit: QueuePermit,
+}
+
+/// The handlers' side of the engine; clones share the queue.
+#[derive(Debug, Clone)]
+pub struct EngineHandle {
+    requests: mpsc::Sender<EngineRequest>,
+    queue: Arc<AdmissionQueue>,
+    /// Cleared when the engine thread ends (normally or by a panic).
+    running: Arc<AtomicBool>,
+}
+
+/// Clears the running flag when the engine thread ends, however it ends.
+struct RunningGuard(Arc<AtomicBool>);
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for EngineRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineRequest")
+            .field("prompt_tokens", &self.request.prompt_tokens.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EngineHandle {
+    /// Whether the engine thread is still serving.
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// Queues a request; its events arrive on the returned receiver.
+    /// Dropping the receiver cancels the request.
+    pub fn submit(
+        &self,
+        request: ValidRequest,
+        arrived: Instant,
+    ) -> Result<UnboundedReceiver<Event>, ServerError> {
+        let queued = self.queue.queued.fetch_add(1, Ordering::Relaxed);
+        let permit = QueuePermit(self.queue.clone());
+        if queued >= self.queue.max {
+            return Err(ServerError::QueueFull {
+                max_waiting: self.queue.max,
+            });
+        }
+        let (events, receiver) = unbounded_channel();
+        self.requests
+            .send(EngineRequest {
+                request,
+                arrived,
+                events,
+                permit,
+            })
+            .map_err(|_| ServerError::EngineStopped)?;
+        Ok(receiver)
+    }
+}
+
+/// Everything the engine thread owns.
+pub struct Engine {
+    pub model: Box<dyn CausalLm>,
+    pub cache: KvCache,
+    pub tokenizer: Tokenizer,
+    pub state: State<Generation>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The engine's per-sequence data.
+pub struct Generation {
+    events: UnboundedSender<Event>,
+    permit: Option<QueuePermit>,
+    sampler: Sampler,
+    decoder: IncrementalDecoder,
+    stop: StopMatcher,
+    max_tokens: u32,
+    ignore_eos: bool,
+    last_token_at: Option<Instant>,
+    finished: bool,
+}
+
+/// Starts the engine thread; `max_waiting` bounds the admission queue.
+pub fn spawn(
+    engine: impl FnOnce() -> Engine + Send + 'static,
+    max_waiting: usize,
+) -> (EngineHandle, std::thread::JoinHandle<()>) {
+    let (requests, inbox) = mpsc::channel();
+    let queue = Arc::new(AdmissionQueue {
+        queued: AtomicUsize::new(0),
+        max: max_waiting,
+    });
+    let running = Arc::new(AtomicBool::new(true));
+    let guard = RunningGuard(running.clone());
+    let thread = std::thread::Builder::new()
+        .name("isobench-engine".into())
+        .spawn(move || {
+            let _guard = guard;
+            engine().run(inbox);
+        })
+        .expect("spawning the engine thread");
+    (
+        EngineHandle {
+            requests,
+            queue,
+            running,
+        },
+        thread,
+    )
+}
+
+impl Engine {
+    fn run(mut self, inbox: mpsc::Receiver<EngineRequest>) {
+        let mut handles_open = true;
+        loop {
+            if self.state.is_idle() {
+                if !handles_open {
+                    break;
+                }
+                match inbox.recv() {
+                    Ok(request) => self.enqueue(request),
+                    Err(_) => break,
+                }
+            }
+            loop {
+                match inbox.try_recv() {
+                    Ok(request) => self.enqueue(request),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        handles_open = false;
+                        break;
+                    }
+                }
+            }
+            self.drop_cancelled();
+            let started = Instant::now();
+            match self.state.schedule(started) {
+                Schedule::Step(summary) => {
+                    self.metrics
+                        .observe_step(StepPhase::Schedule, started.elapsed());
+                    self.run_step(summary);
+                }
+                Schedule::Idle { wake_at } => {
+                    // Requests wait (dynamic batching's timer, or a pool
+                    // still held by sequences being dropped): sleep until
+                    // the timer or the next arrival.
+                    let timeout = wake_at.map_or(Duration::from_millis(5), |at| {
+                        at.saturating_duration_since(started)
+                    });
+                    match inbox.recv_timeout(timeout) {
+                        Ok(request) => self.enqueue(request),
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(mpsc::RecvTimeoutError::Disconnected) => handles_open = false,
+                    }
+                }
+            }
+            self.publish_gauges();
+        }
+        self.publish_gauges();
+    }
+
+    fn enqueue(&mut self, request: EngineRequest) {
+        let EngineRequest {
+            request,
+            arrived,
+            events,
+            permit,
+        } = request;
+        let generation = Generation {
+            events,
+            permit: Some(permit),
+            sampler: Sampler::new(request.sampling),
+            decoder: self.tokenizer.incremental_decoder(true),
+            stop: StopMatcher::new(request.stop),
+            max_tokens: request.max_tokens,
+            ignore_eos: request.ignore_eos,
+            last_token_at: None,
+            finished: false,
+        };
+        self.state
+            .push_waiting(Sequence::new(arrived, request.prompt_tokens, generation));
+    }
+
+    /// Drops sequences whose client is gone, freeing their blocks.
+    fn drop_cancelled(&mut self) {
+        let metrics = &self.metrics;
+        self.state.retain(|seq| {
+            let gone = seq.payload.events.is_closed();
+            if gone {
+                metrics.count_request("cancelled");
+            }
+            !gone
+        });
+    }
+
+    fn run_step(&mut self, summary: StepSummary) {
+        let running = self.state.running().len();
+        for seq in &mut self.state.running_mut()[running - summary.admitted..] {
+            if seq.payload.permit.take().is_some() {
+                self.metrics
+                    .prompt_tokens_total
+                    .fetch_add(seq.num_prompt as u64, Ordering::Relaxed);
+            }
+        }
+        self.metrics
+            .preemptions_total
+            .fetch_add(summary.preempted as u64, Ordering::Relaxed);
+        self.metrics
+            .batch_size
+            .observe_count(summary.num_seqs as u64);
+
+        let forward_started = Instant::now();
+        let logits = self.model.forward(self.state.batch(), &mut self.cache);
+        let phase = if summary.prefill_tokens > 0 {
+            StepPhase::Prefill
+        } else {
+            StepPhase::Decode
+        };
+        self.metrics.observe_step(phase, forward_started.elapsed());
+        let sample_started = Instant::now();
+        match logits.and_then(|logits| Ok(logits.flatten_all()?.to_vec1::<f32>()?)) {
+            Ok(logits) => {
+                self.state.finish_step();
+                self.sample_rows(&logits);
+            }
+            Err(err) => self.fail_step(&err.to_string()),
+        }
+        self.state.retain(|seq| !seq.payload.finished);
+        self.metrics
+            .observe_step(StepPhase::Sample, sample_started.elapsed());
+    }
+
+    /// Samples the next token of every row whose step reached its last token.
+    fn sample_rows(&mut self, logits: &[f32]) {
+        let num_rows = self.state.rows().len();
+        let vocab = logits.len() / num_rows.max(1);
+        for row_index in 0..num_rows {
+            let row = self.state.rows()[row_index];
+            if !row.samples {
+                continue;
+            }
+            let row_logits = &logits[row_index * vocab..(row_index + 1) * vocab];
+            let seq = &mut self.state.running_mut()[row.running_index];
+            let token = seq.payload.sampler.sample(row_logits);
+            self.state.append_token(row.running_index, token);
+            let seq = &mut self.state.running_mut()[row.running_index];
+            emit_token(seq, token, &self.tokenizer, &self.metrics);
+        }
+    }
+
+    /// A model error: every sequence of the step fails.
+    fn fail_step(&mut self, message: &str) {
+        tracing::error!(error = message, "model step failed");
+        let rows: Vec<usize> = self
+            .state
+            .rows()
+            .iter()
+            .map(|row| row.running_index)
+            .collect();
+        for index in rows {
+            let generation = &mut self.state.running_mut()[index].payload;
+            generation.fail(&format!("the model step failed: {message}"), &self.metrics);
+        }
+    }
+
+    fn publish_gauges(&self) {
+        let m = &self.metrics;
+        m.requests_running
+            .store(self.state.running().len() as u64, Ordering::Relaxed);
+        m.requests_waiting
+            .store(self.state.waiting().len() as u64, Ordering::Relaxed);
+        m.kv_blocks_free
+            .store(self.state.pool().num_free() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Sends what a newly sampled token produces and decides whether the
+/// sequence is finished.
+fn emit_token(
+    seq: &mut Sequence<Generation>,
+    token: u32,
+    tokenizer: &Tokenizer,
+    metrics: &Metrics,
+) {
+    let now = Instant::now();
+    let completion_tokens = seq.output().len() as u32;
+    let prompt_tokens = seq.num_prompt as u32;
+    let generation = &mut seq.payload;
+    match generation.last_token_at {
+        None => metrics
+            .time_to_first_token
+            .observe_duration(now - seq.arrived),
+        Some(previous) => metrics
+            .time_per_output_token
+            .observe_duration(now - previous),
+    }
+    generation.last_token_at = Some(now);
+    metrics
+        .generation_tokens_total
+        .fetch_add(1, Ordering::Relaxed);
+
+    let eos = tokenizer.is_eos(token) && !generation.ignore_eos;
+    let mut finish = eos.then_some(FinishReason::Stop);
+    if !eos {
+        match generation.decoder.push(token) {
+            Ok(Some(piece)) => {
+                if generation.pass_text(piece, completion_tokens) {
+                    return generation.finish(
+                        FinishReason::Stop,
+                        prompt_tokens,
+                        completion_tokens,
+                        metrics,
+                    );
+                }
+            }
+            Ok(None) => {}
+            Err(err) => return generation.fail(&format!("detokenizing failed: {err}"), metrics),
+        }
+        if completion_tokens >= generation.max_tokens {
+            finish = Some(FinishReason::Length);
+        }
+    }
+    let Some(mut reason) = finish else { return };
+    // Release what is held back: an unfinished character, then text that
+    // could have begun a stop string (it may still complete one).
+    match generation.decoder.finish() {
+        Ok(Some(rest)) => {
+            if generation.pass_text(rest, completion_tokens) {
+                reason = FinishReason::Stop;
+            }
+        }
+        Ok(None) => {}
+        Err(err) => return generation.fail(&format!("detokenizing failed: {err}"), metrics),
+    }
+    let held = generation.stop.flush();
+    send_text(&generation.events, held, completion_tokens);
+    generation.finish(reason, prompt_tokens, completion_tokens, metrics);
+}
+
+impl Generation {
+    /// Sends a piece of generated text through the stop-string matcher;
+    /// true when a stop string appeared (the text before it is sent).
+    fn pass_text(&mut self, piece: String, completion_tokens: u32) -> bool {
+        if !self.stop.has_stops() {
+            let _ = self.events.send(Event::Text {
+                text: piece,
+                completion_tokens,
+            });
+            return false;
+        }
+        match self.stop.push(&piece) {
+            StopOutcome::Continue(text) => {
+                send_text(&self.events, text, completion_tokens);
+                false
+            }
+            StopOutcome::Stopped(text) => {
+                send_text(&self.events, text, completion_tokens);
+                true
+            }
+        }
+    }
+
+    fn finish(
+        &mut self,
+        reason: FinishReason,
+        prompt_tokens: u32,
+        completion_tokens: u32,
+        metrics: &Metrics,
+    ) {
+        let _ = self.events.send(Event::Finished {
+            reason,
+            usage: Usage::new(prompt_tokens, completion_tokens),
+        });
+        metrics.count_request(match reason {
+            FinishReason::Length => "length",
+            _ => "stop",
+        });
+        self.finished = true;
+    }
+
+    fn fail(&mut self, message: &str, metrics: &Metrics) {
+        let _ = self.events.send(Event::Failed {
+            message: message.to_owned(),
+        });
+        metrics.count_request("server_error");
+        self.finished = true;
+    }
+}
+
+fn send_text(events: &UnboundedSender<Event>, text: &str, completion_tokens: u32) {
+    if text.is_empty() {
+        return;
+    }
+    let _ = events.send(Event::Text {
+        text: text.to_owned(),
+        completion_tokens,
+    });
+}

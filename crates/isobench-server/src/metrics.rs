@@ -1,0 +1,349 @@
+//! Server metrics, shared by the engine thread and the HTTP handlers, and
+//! their Prometheus text rendering for `GET /metrics`.
+//!
+//! Everything is a relaxed atomic: recording a token's latency is a few
+//! atomic adds, with no lock and no allocation. Histograms have fixed
+//! buckets (Prometheus `le` semantics) and keep their sum in nanoseconds.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Bucket upper bounds (seconds) for time to first token.
+const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+/// Bucket upper bounds (seconds) for per-token and step latencies.
+const STEP_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15,
+    0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+];
+/// Bucket upper bounds for sequences per step.
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+
+/// The `status` label values of `isobench_requests_total`: how requests
+/// ended (`stop`, `length`, `cancelled` when the client went away) or the
+/// error kind they were refused or failed with.
+pub const REQUEST_STATUSES: [&str; 8] = [
+    "stop",
+    "length",
+    "cancelled",
+    "invalid_request_error",
+    "authentication_error",
+    "not_found_error",
+    "rate_limit_error",
+    "server_error",
+];
+
+/// A Prometheus histogram with fixed buckets.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Per-bucket counts (not cumulative); the last is `+Inf`.
+    counts: Box<[AtomicU64]>,
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe_duration(&self, duration: Duration) {
+        self.observe_value(duration.as_secs_f64(), duration.as_nanos() as u64);
+    }
+
+    /// Records a plain count (such as a batch size); the sum is kept scaled
+    /// by 1e9 like durations, so rendering is uniform.
+    pub fn observe_count(&self, value: u64) {
+        self.observe_value(value as f64, value.saturating_mul(1_000_000_000));
+    }
+
+    fn observe_value(&self, value: f64, scaled: u64) {
+        let bucket = self.bounds.partition_point(|&bound| bound < value);
+        self.counts[bucket].fetch_add(1, Relaxed);
+        self.sum_nanos.fetch_add(scaled, Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Relaxed)).sum()
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (bound, count) in self.bounds.iter().zip(self.counts.iter()) {
+            cumulative += count.load(Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        cumulative += self.counts[self.bounds.len()].load(Relaxed);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
+        );
+        let sum = self.sum_nanos.load(Relaxed) as f64 / 1e9;
+        let braces = |s: &str| {
+            if s.is_empty() {
+                String::new()
+            } else {
+                format!("{{{s}}}")
+            }
+        };
+        let _ = writeln!(out, "{name}_sum{} {sum}", braces(labels));
+        let _ = writeln!(out, "{name}_count{} {cumulative}", braces(labels));
+    }
+}
+
+/// Which part of an engine step a duration measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepPhase {
+    /// Planning the step: admissions, block allocation, batch building.
+    Schedule,
+    /// The model forward of a step that carries prompt tokens.
+    Prefill,
+    /// The model forward of a step of decode tokens only.
+    Decode,
+    /// Sampling, detokenizing and sending the step's tokens.
+    Sample,
+}
+
+const STEP_PHASES: [(StepPhase, &str); 4] = [
+    (StepPhase::Schedule, "schedule"),
+    (StepPhase::Prefill, "prefill"),
+    (StepPhase::Decode, "decode"),
+    (StepPhase::Sample, "sample"),
+];
+
+/// Every figure `/metrics` reports.
+#[derive(Debug)]
+pub struct Metrics {
+    pub requests_running: AtomicU64,
+    pub requests_waiting: AtomicU64,
+    pub kv_blocks_total: AtomicU64,
+    pub kv_blocks_free: AtomicU64,
+    pub preemptions_total: AtomicU64,
+    pub prompt_tokens_total: AtomicU64,
+    pub generation_tokens_total: AtomicU64,
+    requests_total: [AtomicU64; REQUEST_STATUSES.len()],
+    pub batch_size: Histogram,
+    step_seconds: [Histogram; STEP_PHASES.len()],
+    pub time_to_first_token: Histogram,
+    pub time_per_output_token: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            requests_running: AtomicU64::new(0),
+            requests_waiting: AtomicU64::new(0),
+            kv_blocks_total: AtomicU64::new(0),
+            kv_blocks_free: AtomicU64::new(0),
+            preemptions_total: AtomicU64::new(0),
+            prompt_tokens_total: AtomicU64::new(0),
+            generation_tokens_total: AtomicU64::new(0),
+            requests_total: std::array::from_fn(|_| AtomicU64::new(0)),
+            batch_size: Histogram::new(BATCH_BUCKETS),
+            step_seconds: std::array::from_fn(|_| Histogram::new(STEP_BUCKETS)),
+            time_to_first_token: Histogram::new(TTFT_BUCKETS),
+            time_per_output_token: Histogram::new(STEP_BUCKETS),
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts a request that ended with `status` (one of [`REQUEST_STATUSES`];
+    /// anything else counts as `server_error`).
+    pub fn count_request(&self, status: &str) {
+        let index = REQUEST_STATUSES
+            .iter()
+            .position(|&s| s == status)
+            .unwrap_or(REQUEST_STATUSES.len() - 1);
+        self.requests_total[index].fetch_add(1, Relaxed);
+    }
+
+    pub fn requests_with_status(&self, status: &str) -> u64 {
+        REQUEST_STATUSES
+            .iter()
+            .position(|&s| s == status)
+            .map_or(0, |i| self.requests_total[i].load(Relaxed))
+    }
+
+    pub fn observe_step(&self, phase: StepPhase, duration: Duration) {
+        self.step_seconds[phase as usize].observe_duration(duration);
+    }
+
+    pub fn step_histogram(&self, phase: StepPhase) -> &Histogram {
+        &self.step_seconds[phase as usize]
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        let gauge = |out: &mut String, name: &str, help: &str, value: &AtomicU64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
+                value.load(Relaxed)
+            );
+        };
+        let counter = |out: &mut String, name: &str, help: &str, value: &AtomicU64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Relaxed)
+            );
+        };
+        gauge(
+            &mut out,
+            "isobench_requests_running",
+            "Sequences in the running batch.",
+            &self.requests_running,
+        );
+        gauge(
+            &mut out,
+            "isobench_requests_waiting",
+            "Requests waiting for admission (preempted ones included).",
+            &self.requests_waiting,
+        );
+        gauge(
+            &mut out,
+            "isobench_kv_blocks_total",
+            "KV-cache blocks in the pool.",
+            &self.kv_blocks_total,
+        );
+        gauge(
+            &mut out,
+            "isobench_kv_blocks_free",
+            "KV-cache blocks on the free list.",
+            &self.kv_blocks_free,
+        );
+        let used = self
+            .kv_blocks_total
+            .load(Relaxed)
+            .saturating_sub(self.kv_blocks_free.load(Relaxed));
+        let _ = writeln!(
+            out,
+            "# HELP isobench_kv_blocks_used KV-cache blocks held by sequences.\n# TYPE isobench_kv_blocks_used gauge\nisobench_kv_blocks_used {used}"
+        );
+        counter(
+            &mut out,
+            "isobench_preemptions_total",
+            "Sequences preempted (blocks freed, recomputed later) because the KV pool ran out.",
+            &self.preemptions_total,
+        );
+        counter(
+            &mut out,
+            "isobench_prompt_tokens_total",
+            "Prompt tokens of admitted requests.",
+            &self.prompt_tokens_total,
+        );
+        counter(
+            &mut out,
+            "isobench_generation_tokens_total",
+            "Tokens generated.",
+            &self.generation_tokens_total,
+        );
+
+        let _ = writeln!(
+            out,
+            "# HELP isobench_requests_total Requests by how they ended: finish reason, cancelled, or error kind.\n# TYPE isobench_requests_total counter"
+        );
+        for (status, count) in REQUEST_STATUSES.iter().zip(&self.requests_total) {
+            let _ = writeln!(
+                out,
+                "isobench_requests_total{{status=\"{status}\"}} {}",
+                count.load(Relaxed)
+            );
+        }
+
+        let _ = writeln!(
+            out,
+            "# HELP isobench_batch_size Sequences per engine step.\n# TYPE isobench_batch_size histogram"
+        );
+        self.batch_size.render(&mut out, "isobench_batch_size", "");
+        let _ = writeln!(
+            out,
+            "# HELP isobench_step_seconds Engine step time by phase: schedule, prefill (forward of steps with prompt tokens), decode (forward of decode-only steps), sample.\n# TYPE isobench_step_seconds histogram"
+        );
+        for ((_, label), histogram) in STEP_PHASES.iter().zip(&self.step_seconds) {
+            histogram.render(
+                &mut out,
+                "isobench_step_seconds",
+                &format!("phase=\"{label}\""),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP isobench_time_to_first_token_seconds From request receipt to its first generated token.\n# TYPE isobench_time_to_first_token_seconds histogram"
+        );
+        self.time_to_first_token
+            .render(&mut out, "isobench_time_to_first_token_seconds", "");
+        let _ = writeln!(
+            out,
+            "# HELP isobench_time_per_output_token_seconds Gap between consecutive generated tokens of a request.\n# TYPE isobench_time_per_output_token_seconds histogram"
+        );
+        self.time_per_output_token
+            .render(&mut out, "isobench_time_per_output_token_seconds", "");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_with_le_semantics() {
+        let metrics = Metrics::default();
+        metrics
+            .time_to_first_token
+            .observe_duration(Duration::from_millis(5));
+        metrics
+            .time_to_first_token
+            .observe_duration(Duration::from_millis(30));
+        metrics
+            .time_to_first_token
+            .observe_duration(Duration::from_secs(100));
+        let text = metrics.render();
+        assert!(
+            text.contains("isobench_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("isobench_time_to_first_token_seconds_bucket{le=\"0.05\"} 2\n"));
+        assert!(text.contains("isobench_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"));
+        assert!(text.contains("isobench_time_to_first_token_seconds_sum 100.035\n"));
+        assert!(text.contains("isobench_time_to_first_token_seconds_count 3\n"));
+    }
+
+    #[test]
+    fn labelled_series_and_statuses_render() {
+        let metrics = Metrics::default();
+        metrics.observe_step(StepPhase::Decode, Duration::from_millis(2));
+        metrics.count_request("rate_limit_error");
+        metrics.count_request("stop");
+        metrics.count_request("something_else");
+        metrics.batch_size.observe_count(3);
+        metrics.kv_blocks_total.store(10, Relaxed);
+        metrics.kv_blocks_free.store(4, Relaxed);
+        let text = metrics.render();
+        assert!(
+            text.contains("isobench_step_seconds_count{phase=\"decode\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("isobench_step_seconds_bucket{phase=\"prefill\",le=\"+Inf\"} 0\n"));
+        assert!(text.contains("isobench_requests_total{status=\"rate_limit_error\"} 1\n"));
+        assert!(text.contains("isobench_requests_total{status=\"server_error\"} 1\n"));
+        assert!(text.contains("isobench_batch_size_bucket{le=\"4\"} 1\n"));
+        assert!(text.contains("isobench_batch_size_sum 3\n"));
+        assert!(text.contains("isobench_kv_blocks_used 6\n"));
+        assert_eq!(metrics.requests_with_status("stop"), 1);
+    }
+}

@@ -1,0 +1,294 @@
+//! Starting and stopping the server: load the model, size the KV pool,
+//! spawn the engine thread, bind the listener and serve until shut down.
+//!
+//! [`ServerHandle`] is the running server. [`ServerHandle::shutdown`] stops
+//! accepting connections, lets requests in flight finish (bounded by
+//! [`SHUTDOWN_GRACE`]), and joins the engine thread; dropping the handle
+//! only signals the shutdown (mini-redis style drop guard).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use candle_core::Device;
+use isobench_api::{ModelCard, unix_now};
+use isobench_model::{CausalLm, KvCache, ModelFolder, Tokenizer, load_model};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::blocks::BlockPool;
+use crate::chat_template::ChatTemplate;
+use crate::config::{KvPoolSize, ServerConfig};
+use crate::engine::{self, Engine};
+use crate::error::ServerError;
+use crate::http::{self, AppState};
+use crate::metrics::Metrics;
+use crate::policy;
+use crate::scheduler::State;
+use crate::validate::Validator;
+
+/// How long [`ServerHandle::shutdown`] waits for requests in flight.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// The embedded model server.
+#[derive(Debug)]
+pub struct Server;
+
+impl Server {
+    /// Loads the model and serves it; returns once the listener is bound.
+    /// Must be called inside a Tokio runtime.
+    pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+        config.validate()?;
+        let loading = config.clone();
+        let loaded = tokio::task::spawn_blocking(move || Loaded::load(&loading))
+            .await
+            .map_err(|err| ServerError::Generation(format!("model loading panicked: {err}")))??;
+
+        let addr = SocketAddr::new(config.host, config.port);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| ServerError::Bind { addr, source })?;
+
+        let metrics = Arc::new(Metrics::default());
+        metrics
+            .kv_blocks_total
+            .store(loaded.num_blocks as u64, Ordering::Relaxed);
+        metrics
+            .kv_blocks_free
+            .store(loaded.num_blocks as u64, Ordering::Relaxed);
+        let model_name = config.model_name();
+        let validator = Validator {
+            model_name: model_name.clone(),
+            tokenizer: loaded.tokenizer.clone(),
+            chat_template: loaded.chat_template,
+            template_has_special_tokens: loaded.template_from_model,
+            max_model_len: loaded.max_model_len,
+            vocab_size: loaded.vocab_size,
+            pool_tokens: loaded.num_blocks as u64 * config.block_size as u64,
+        };
+
+        let engine_metrics = metrics.clone();
+        let (num_blocks, block_size, batching) =
+            (loaded.num_blocks, config.block_size, config.batching);
+        let (model, cache, tokenizer) = (loaded.model, loaded.cache, loaded.tokenizer);
+        let (engine, engine_thread) = engine::spawn(
+            move || Engine {
+                model,
+                cache,
+                tokenizer,
+                state: State::new(
+                    BlockPool::new(num_blocks, block_size),
+                    policy::from_config(&batching),
+                ),
+                metrics: engine_metrics,
+            },
+            config.max_waiting,
+        );
+
+        let api_key = std::env::var(&config.api_key_env)
+            .ok()
+            .filter(|key| !key.is_empty());
+        let state = Arc::new(AppState {
+            validator,
+            engine,
+            metrics: metrics.clone(),
+            api_key,
+            api_key_env: config.api_key_env.clone(),
+            max_body_bytes: config.max_body_bytes,
+            model_card: ModelCard {
+                id: model_name.clone(),
+                object: "model".into(),
+                created: unix_now(),
+                owned_by: "isobench".into(),
+                max_model_len: Some(loaded.max_model_len),
+            },
+        });
+        let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
+        let app = http::router(state);
+        let serve = tokio::spawn(async move {
+            let signal = async move {
+                let _ = shutdown_rx.wait_for(|stop| *stop).await;
+            };
+            if let Err(err) = axum::serve(listener, app)
+                .with_graceful_shutdown(signal)
+                .await
+            {
+                tracing::error!(error = %err, "server stopped with an error");
+            }
+        });
+        tracing::info!(%addr, model = %model_name, batching = %config.batching.kind(), num_blocks, "serving");
+        Ok(ServerHandle {
+            addr,
+            model_name,
+            metrics,
+            shutdown: shutdown_tx,
+            serve: Some(serve),
+            engine_thread: Some(engine_thread),
+        })
+    }
+}
+
+/// What loading the model folder produces.
+struct Loaded {
+    model: Box<dyn CausalLm>,
+    cache: KvCache,
+    tokenizer: Tokenizer,
+    chat_template: ChatTemplate,
+    template_from_model: bool,
+    num_blocks: u32,
+    max_model_len: u32,
+    vocab_size: u32,
+}
+
+impl Loaded {
+    fn load(config: &ServerConfig) -> Result<Self, ServerError> {
+        let folder = ModelFolder::open(&config.model)?;
+        let dtype = config.dtype.map(|d| d.to_candle());
+        let model = load_model(&folder, &Device::Cpu, dtype)?;
+        let model_config = model.config();
+        let block_size = config.block_size as usize;
+        let bytes_per_block = KvCache::bytes_per_block(model_config, block_size, model.dtype());
+        let num_blocks = match config.kv_pool {
+            KvPoolSize::Blocks(blocks) => blocks,
+            KvPoolSize::Memory(budget) => {
+                let blocks = budget.0 / bytes_per_block as u64;
+                if blocks == 0 {
+                    return Err(ServerError::Config {
+                        flag: "--kv-memory",
+                        message: format!(
+                            "{budget} holds no KV block: one block of {block_size} tokens takes {bytes_per_block} bytes \
+                             for this model; accepted: at least {bytes_per_block} bytes"
+                        ),
+                    });
+                }
+                u32::try_from(blocks).unwrap_or(u32::MAX)
+            }
+        };
+        let context = model_config.max_position_embeddings as u32;
+        let max_model_len = match config.max_model_len {
+            None => context,
+            Some(len) if len <= context => len,
+            Some(len) => {
+                return Err(ServerError::Config {
+                    flag: "--max-model-len",
+                    message: format!(
+                        "got {len}, but the model's max_position_embeddings is {context}; accepted: at most {context}"
+                    ),
+                });
+            }
+        };
+        let cache = KvCache::new(
+            model_config,
+            num_blocks as usize,
+            block_size,
+            model.device(),
+            model.dtype(),
+        )?;
+        let tokenizer = folder.tokenizer().clone();
+        let chat_template = ChatTemplate::new(
+            tokenizer.chat_template(),
+            &template_source(folder.path()),
+            tokenizer.bos_token(),
+            tokenizer.eos_token(),
+        )?;
+        Ok(Self {
+            template_from_model: tokenizer.chat_template().is_some(),
+            vocab_size: model_config.vocab_size as u32,
+            model,
+            cache,
+            tokenizer,
+            chat_template,
+            num_blocks,
+            max_model_len,
+        })
+    }
+}
+
+fn template_source(folder: &Path) -> String {
+    folder.join("tokenizer_config.json").display().to_string()
+}
+
+/// A snapshot of the engine's state, for tests and embedding programs
+/// (the same figures `/metrics` reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerStats {
+    pub kv_blocks_total: u64,
+    pub kv_blocks_free: u64,
+    pub requests_running: u64,
+    pub requests_waiting: u64,
+    pub preemptions: u64,
+}
+
+/// A running server. Dropping it signals shutdown without waiting.
+#[derive(Debug)]
+pub struct ServerHandle {
+    addr: SocketAddr,
+    model_name: String,
+    metrics: Arc<Metrics>,
+    shutdown: watch::Sender<bool>,
+    serve: Option<JoinHandle<()>>,
+    engine_thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// The bound address (the real port when started on port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`, the base URL of the OpenAI API (append `/v1/...`).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The name clients send in `model`.
+    pub fn model_name(&self) -> &str {
+        &self.model_name
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        let m = &self.metrics;
+        ServerStats {
+            kv_blocks_total: m.kv_blocks_total.load(Ordering::Relaxed),
+            kv_blocks_free: m.kv_blocks_free.load(Ordering::Relaxed),
+            requests_running: m.requests_running.load(Ordering::Relaxed),
+            requests_waiting: m.requests_waiting.load(Ordering::Relaxed),
+            preemptions: m.preemptions_total.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The Prometheus text `/metrics` serves.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.render()
+    }
+
+    /// Stops accepting connections, waits up to [`SHUTDOWN_GRACE`] for
+    /// requests in flight, then stops the engine.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(mut serve) = self.serve.take()
+            && tokio::time::timeout(SHUTDOWN_GRACE, &mut serve)
+                .await
+                .is_err()
+        {
+            tracing::warn!("requests still in flight after the grace period; closing them");
+            serve.abort();
+            let _ = serve.await;
+        }
+        if let Some(engine) = self.engine_thread.take() {
+            let _ = tokio::task::spawn_blocking(move || engine.join()).await;
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
