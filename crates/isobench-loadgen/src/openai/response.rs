@@ -1,0 +1,290 @@
+//! Reading one answer into its record: the HTTP status, then either the SSE
+//! stream (one arrival time per content event) or the whole body.
+//!
+//! The stream loop is the load generator's per-token hot path: each body
+//! chunk is stamped once, pushed into a reused [`SseDecoder`], and each event
+//! is parsed with the borrowed [`ChunkView`]; the record's event vector is
+//! preallocated, so a stream costs no allocation, lock or channel message
+//! per token in this code.
+//!
+//! How a stream can end:
+//! - `data: [DONE]`, or the body ends after a `finish_reason`: success;
+//! - the body ends (or breaks) before either: [`ErrorKind::StreamCut`];
+//! - an event that is not JSON: [`ErrorKind::MalformedEvent`];
+//! - an `{"error": ...}` event: [`ErrorKind::ServerError`].
+
+use std::time::Duration;
+
+use isobench_api::sse::SseDecoder;
+use isobench_api::view::ChunkView;
+use isobench_api::{ErrorResponse, Usage};
+use isobench_metrics::{ErrorKind, RequestRecord, TokenSource};
+
+use super::{HttpBackend, error_chain};
+use crate::Clock;
+use crate::backend::fail;
+
+/// How long to read the rest of a finished body (normally just the end of
+/// the chunked encoding) so that its connection goes back to the pool.
+const DRAIN_LIMIT: Duration = Duration::from_millis(200);
+
+/// How much of an error body is read for its message.
+const ERROR_BODY_LIMIT: usize = 16 * 1024;
+
+/// Sends `request` and reads the answer into `record`. Returns the response
+/// when its body still has bytes after the answer was complete (after
+/// `[DONE]`): the caller drains them outside the request's timeout.
+pub(super) async fn exchange(
+    backend: &HttpBackend,
+    request: reqwest::Request,
+    clock: Clock,
+    record: &mut RequestRecord,
+) -> Option<reqwest::Response> {
+    let response = match backend.client().execute(request).await {
+        Ok(response) => response,
+        Err(error) => {
+            let kind = if error.is_timeout() {
+                ErrorKind::Timeout
+            } else {
+                ErrorKind::Connect
+            };
+            fail(record, kind, &error_chain(&error), clock.now_ns());
+            return None;
+        }
+    };
+    let status = response.status();
+    if !status.is_success() {
+        let message = error_message(response).await;
+        fail(
+            record,
+            ErrorKind::HttpStatus(status.as_u16()),
+            &message,
+            clock.now_ns(),
+        );
+        return None;
+    }
+    if backend.stream() {
+        read_stream(backend, response, clock, record).await
+    } else {
+        read_whole(backend, response, clock, record).await;
+        None
+    }
+}
+
+/// Reads what is left of a body whose answer is complete, for at most
+/// [`DRAIN_LIMIT`]; a body that does not end then is dropped (closing its
+/// connection).
+pub(super) async fn drain(mut response: reqwest::Response) {
+    let rest = async { while let Ok(Some(_)) = response.chunk().await {} };
+    let _ = tokio::time::timeout(DRAIN_LIMIT, rest).await;
+}
+
+/// What a stream has said so far.
+#[derive(Default)]
+struct StreamState {
+    /// `data: [DONE]` arrived.
+    done: bool,
+    /// A choice carried a `finish_reason`.
+    finished: bool,
+    /// The latest `usage` seen.
+    usage: Option<Usage>,
+    /// Output tokens the previous usage-carrying event counted, for deltas.
+    usage_tokens_before: u32,
+    /// Whether every content event so far carried `usage`.
+    usage_per_event: bool,
+    /// The streamed text, kept only when a tokenizer will count it.
+    text: Option<String>,
+}
+
+/// Why an event ends the request: its error kind and message.
+type Failure = (ErrorKind, String);
+
+async fn read_stream(
+    backend: &HttpBackend,
+    mut response: reqwest::Response,
+    clock: Clock,
+    record: &mut RequestRecord,
+) -> Option<reqwest::Response> {
+    let mut decoder = SseDecoder::new();
+    if backend.continuous_usage() {
+        let expected = record.content_event_ns.capacity();
+        record.event_tokens.reserve(expected);
+    }
+    let mut state = StreamState {
+        usage_per_event: true,
+        text: backend
+            .token_counter()
+            .map(|_| String::with_capacity(record.content_event_ns.capacity() * 8)),
+        ..StreamState::default()
+    };
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(error) => {
+                if state.finished {
+                    break;
+                }
+                let message = format!("the stream broke: {}", error_chain(&error));
+                fail(record, ErrorKind::StreamCut, &message, clock.now_ns());
+                return None;
+            }
+        };
+        let now = clock.now_ns();
+        decoder.push(&chunk);
+        while let Some(event) = decoder.next_event() {
+            if event.is_done() {
+                state.done = true;
+                break;
+            }
+            if let Err((kind, message)) = on_event(event.data, now, &mut state, record) {
+                fail(record, kind, &message, now);
+                return None;
+            }
+        }
+        if state.done {
+            record.end_ns = now;
+            finish_tokens(backend, &state, record);
+            return Some(response);
+        }
+    }
+    let now = clock.now_ns();
+    if !state.finished {
+        let message = "the stream ended before `data: [DONE]` or a finish_reason";
+        fail(record, ErrorKind::StreamCut, message, now);
+        return None;
+    }
+    record.end_ns = now;
+    finish_tokens(backend, &state, record);
+    None
+}
+
+/// Parses one event's payload (or a whole body), turning an in-band error
+/// into a failure.
+fn parse_view(data: &[u8]) -> Result<ChunkView<'_>, Failure> {
+    let view = ChunkView::parse(data).map_err(|e| {
+        let shown = String::from_utf8_lossy(&data[..data.len().min(120)]).into_owned();
+        let message = format!("not a completion chunk ({e}): {shown}");
+        (ErrorKind::MalformedEvent, message)
+    })?;
+    if let Some(error) = &view.error {
+        let message = error
+            .message
+            .as_deref()
+            .unwrap_or("an error event without a message");
+        return Err((ErrorKind::ServerError, message.to_owned()));
+    }
+    Ok(view)
+}
+
+/// Applies one event's payload, which arrived at `now`.
+fn on_event(
+    data: &[u8],
+    now: u64,
+    state: &mut StreamState,
+    record: &mut RequestRecord,
+) -> Result<(), Failure> {
+    let view = parse_view(data)?;
+    let content = view.content();
+    if !content.is_empty() {
+        record.content_event_ns.push(now);
+        match (&view.usage, state.usage_per_event) {
+            (Some(usage), true) => {
+                let delta = usage
+                    .completion_tokens
+                    .saturating_sub(state.usage_tokens_before);
+                record.event_tokens.push(delta);
+                state.usage_tokens_before = usage.completion_tokens;
+            }
+            _ => state.usage_per_event = false,
+        }
+        if let Some(text) = &mut state.text {
+            text.push_str(content);
+        }
+    }
+    if view.finish_reason().is_some() {
+        state.finished = true;
+    }
+    if view.usage.is_some() {
+        state.usage = view.usage;
+    }
+    Ok(())
+}
+
+/// Sets the output token count from the best source available.
+fn finish_tokens(backend: &HttpBackend, state: &StreamState, record: &mut RequestRecord) {
+    if !state.usage_per_event || record.event_tokens.len() != record.content_event_ns.len() {
+        record.event_tokens.clear();
+    }
+    let events = u32::try_from(record.content_event_ns.len()).unwrap_or(u32::MAX);
+    let counted = match (state.usage, backend.token_counter(), state.text.as_deref()) {
+        (Some(usage), _, _) => {
+            record.input_tokens = usage.prompt_tokens;
+            (usage.completion_tokens, TokenSource::Usage)
+        }
+        (None, Some(counter), Some(text)) => (counter.count_tokens(text), TokenSource::Tokenizer),
+        _ => (events, TokenSource::Events),
+    };
+    (record.output_tokens, record.token_source) = counted;
+}
+
+async fn read_whole(
+    backend: &HttpBackend,
+    response: reqwest::Response,
+    clock: Clock,
+    record: &mut RequestRecord,
+) {
+    let body = match response.bytes().await {
+        Ok(body) => body,
+        Err(error) => {
+            let message = format!("the body broke: {}", error_chain(&error));
+            fail(record, ErrorKind::StreamCut, &message, clock.now_ns());
+            return;
+        }
+    };
+    let now = clock.now_ns();
+    let view = match parse_view(&body) {
+        Ok(view) => view,
+        Err((kind, message)) => return fail(record, kind, &message, now),
+    };
+    record.content_event_ns.push(now);
+    record.end_ns = now;
+    let counted = match (view.usage, backend.token_counter()) {
+        (Some(usage), _) => {
+            record.input_tokens = usage.prompt_tokens;
+            (usage.completion_tokens, TokenSource::Usage)
+        }
+        (None, Some(counter)) => (counter.count_tokens(view.content()), TokenSource::Tokenizer),
+        // Without usage or a tokenizer a whole answer is one "event".
+        (None, None) => (1, TokenSource::Events),
+    };
+    (record.output_tokens, record.token_source) = counted;
+}
+
+/// The message of an error answer: the OpenAI error body's `message` when
+/// there is one, else the start of the body; `Retry-After` when given.
+async fn error_message(mut response: reqwest::Response) -> String {
+    let retry_after = response
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mut body = Vec::new();
+    while body.len() < ERROR_BODY_LIMIT {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    let mut message = match serde_json::from_slice::<ErrorResponse>(&body) {
+        Ok(parsed) => parsed.error.message,
+        Err(_) => String::from_utf8_lossy(&body).trim().to_owned(),
+    };
+    if message.is_empty() {
+        message.push_str("(empty body)");
+    }
+    if let Some(seconds) = retry_after {
+        message.push_str(&format!(" (Retry-After: {seconds})"));
+    }
+    message
+}

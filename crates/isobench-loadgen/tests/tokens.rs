@@ -1,0 +1,101 @@
+//! Output tokens are counted from the best source: the server's `usage`,
+//! else a tokenizer hook, else one per content event; chunked events (k
+//! tokens each) keep one arrival per event and, with per-event usage, the
+//! tokens of each.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use isobench_loadgen::{RunOptions, TokenCounter};
+use isobench_mock::MockConfig;
+use isobench_workload::{ApiKind, PlannedRequest, Prompt};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_events_count_every_token() {
+    let mock = mock(MockConfig {
+        tokens_per_event: dist("fixed:4"),
+        itl: dist("fixed:1"),
+        ..MockConfig::default()
+    })
+    .await;
+    let plan = open_plan(4, Duration::from_millis(2), 16);
+    let (_, lines) = run_logged(plan, backend(&mock.url()), RunOptions::default()).await;
+    let mut spans = Vec::new();
+    for line in &lines {
+        assert_eq!(line["events"], 4, "{line}");
+        assert_eq!(line["output_tokens"], 16);
+        assert_eq!(line["token_source"], "usage");
+        assert!(
+            line.get("event_tokens").is_none(),
+            "unknown without per-event usage"
+        );
+        let gaps = line["itl_ms"].as_array().unwrap();
+        spans.push(gaps.iter().map(|v| v.as_f64().unwrap()).sum::<f64>());
+    }
+    // Four tokens per event: the three gaps after the first event are four
+    // inter-token latencies each, 12 ms together (a late event shortens the
+    // gap after it, so their sum is what the schedule fixes).
+    let median = quantile(&spans, 0.5);
+    assert!((11.9..14.0).contains(&median), "{spans:?}");
+
+    let mut per_event = backend(&mock.url());
+    per_event.continuous_usage = true;
+    let plan = open_plan(2, Duration::from_millis(2), 10);
+    let (_, lines) = run_logged(plan, per_event, RunOptions::default()).await;
+    for line in &lines {
+        assert_eq!(line["event_tokens"], serde_json::json!([4, 4, 2]), "{line}");
+    }
+}
+
+/// One token per word, standing in for a real tokenizer.
+struct Words;
+
+impl TokenCounter for Words {
+    fn count_tokens(&self, text: &str) -> u32 {
+        text.split_whitespace().count() as u32
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_usage_tokens_come_from_the_tokenizer_or_the_events() {
+    let stream = "data: {\"choices\":[{\"text\":\"one two\"}]}\n\n\
+                  data: {\"choices\":[{\"text\":\" three\",\"finish_reason\":\"length\"}]}\n\n\
+                  data: [DONE]\n\n"
+        .to_owned();
+    let url = canned_server(200, "text/event-stream", stream, &[]).await;
+    let plan = open_plan(2, Duration::ZERO, 8);
+    let (outcome, lines) = run_logged(plan, backend(&url), RunOptions::default()).await;
+    assert_eq!(outcome.counts.completed, 2, "{lines:?}");
+    assert_eq!(lines[0]["token_source"], "events");
+    assert_eq!(lines[0]["output_tokens"], 2);
+
+    let mut counted = backend(&url);
+    counted.token_counter = Some(Arc::new(Words));
+    let plan = open_plan(2, Duration::ZERO, 8);
+    let (_, lines) = run_logged(plan, counted, RunOptions::default()).await;
+    assert_eq!(lines[0]["token_source"], "tokenizer");
+    assert_eq!(lines[0]["output_tokens"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_conversations_reach_the_chat_endpoint() {
+    let mock = mock(MockConfig::default()).await;
+    let mut config = backend(&mock.url());
+    config.api = ApiKind::Chat;
+    let mut plan = open_plan(1, Duration::ZERO, 3);
+    plan.requests = Box::new(std::iter::once(PlannedRequest {
+        prompt: Prompt::Chat(vec![
+            ("system".into(), "be brief".into()),
+            ("user".into(), "hello there".into()),
+        ]),
+        ..planned(0, Some(Duration::ZERO), 3)
+    }));
+    let (outcome, lines) = run_logged(plan, config, RunOptions::default()).await;
+    assert_eq!(outcome.counts.completed, 1, "{lines:?}");
+    assert_eq!(lines[0]["output_tokens"], 3);
+    // The server's usage replaces the plan's estimate (the mock counts words).
+    assert_eq!(lines[0]["input_tokens"], 4);
+}

@@ -1,0 +1,496 @@
+//! The two generation endpoints: parse the request, draw this answer's
+//! timing, length, chunking and fate, then write it on schedule.
+//!
+//! Timing: the first content event is written `ttft` after the request
+//! arrived; every later event carrying `k` tokens is written `k` ITL draws
+//! after the previous one. Deadlines are absolute (arrival + sums of
+//! draws), kept by the precise timer, so delays never accumulate error. A
+//! non-streamed answer is written whole when its last token would have
+//! been streamed.
+//!
+//! Fates, drawn per request from the seeded generator: an immediate HTTP
+//! 500 (`--error-rate`), or a cut (`--cut-rate`): after a random number of
+//! events (at least one) and before the `finish_reason`, the connection is
+//! aborted.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+use isobench_api::{
+    ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
+    ChatCompletionResponse, ChatDelta, ChatMessage, CompletionChoice, CompletionChunk,
+    CompletionRequest, FinishReason, PromptInput, Usage, unix_now,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::config::DEFAULT_OUTPUT_TOKENS;
+use crate::server::{ActiveGuard, MockState, Refusal, WrittenAnswer};
+
+/// The text of one generated token.
+const TOKEN_TEXT: &str = " tok";
+
+pub(crate) async fn completions(
+    State(state): State<Arc<MockState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Refusal> {
+    let received = Instant::now();
+    state.authorize(&headers)?;
+    let request: CompletionRequest = parse(&state, &body)?;
+    let prompt = match &request.prompt {
+        PromptInput::Text(text) => text.clone(),
+        PromptInput::Texts(texts) => texts.join("\n"),
+        PromptInput::Tokens(ids) => format!("<{} token ids>", ids.len()),
+        PromptInput::TokenLists(lists) => format!("<{} token lists>", lists.len()),
+    };
+    let prompt_tokens = match &request.prompt {
+        PromptInput::Tokens(ids) => ids.len(),
+        PromptInput::TokenLists(lists) => lists.iter().map(Vec::len).sum(),
+        _ => prompt.split_whitespace().count(),
+    };
+    let ask = Ask {
+        chat: false,
+        model: request.model,
+        max_tokens: request.sampling.max_tokens,
+        stream: request.stream,
+        include_usage: request.stream_options.is_some_and(|o| o.include_usage),
+        continuous_usage: request
+            .stream_options
+            .is_some_and(|o| o.continuous_usage_stats),
+        prompt,
+        prompt_tokens: u32::try_from(prompt_tokens).unwrap_or(u32::MAX),
+    };
+    answer(state, ask, received).await
+}
+
+pub(crate) async fn chat_completions(
+    State(state): State<Arc<MockState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Refusal> {
+    let received = Instant::now();
+    state.authorize(&headers)?;
+    let request: ChatCompletionRequest = parse(&state, &body)?;
+    let prompt_tokens: usize = request
+        .messages
+        .iter()
+        .map(|m| m.content.text().split_whitespace().count())
+        .sum();
+    let ask = Ask {
+        chat: true,
+        max_tokens: request.max_tokens(),
+        model: request.model,
+        stream: request.stream,
+        include_usage: request.stream_options.is_some_and(|o| o.include_usage),
+        continuous_usage: request
+            .stream_options
+            .is_some_and(|o| o.continuous_usage_stats),
+        prompt: request
+            .messages
+            .last()
+            .map(|m| m.content.text())
+            .unwrap_or_default(),
+        prompt_tokens: u32::try_from(prompt_tokens).unwrap_or(u32::MAX),
+    };
+    answer(state, ask, received).await
+}
+
+fn parse<T: serde::de::DeserializeOwned>(state: &MockState, body: &[u8]) -> Result<T, Refusal> {
+    serde_json::from_slice(body).map_err(|e| {
+        state.counters.invalid.fetch_add(1, Ordering::Relaxed);
+        Refusal::BadRequest(format!("the request body is not a valid request: {e}"))
+    })
+}
+
+/// One request, whichever endpoint it came to.
+struct Ask {
+    chat: bool,
+    model: String,
+    max_tokens: Option<u32>,
+    stream: bool,
+    include_usage: bool,
+    continuous_usage: bool,
+    /// The prompt (or last message), for the write log.
+    prompt: String,
+    /// Whitespace-separated words of the prompt: the mock's token estimate.
+    prompt_tokens: u32,
+}
+
+async fn answer(state: Arc<MockState>, ask: Ask, received: Instant) -> Result<Response, Refusal> {
+    state.check_model(&ask.model)?;
+    let guard = state.admit()?;
+    let number = state.served.fetch_add(1, Ordering::Relaxed);
+    let config = &state.behaviour.config;
+    let mut rng = SmallRng::seed_from_u64(config.seed ^ number.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    if rng.random::<f64>() < config.error_rate {
+        state.counters.errors.fetch_add(1, Ordering::Relaxed);
+        return Err(Refusal::Injected);
+    }
+    let limit = ask.max_tokens.unwrap_or(DEFAULT_OUTPUT_TOKENS).max(1);
+    let total = match &config.output_len {
+        Some(length) => (length.sample(&mut rng).round() as u32).clamp(1, limit),
+        None => limit,
+    };
+    let cut = rng.random::<f64>() < config.cut_rate;
+    let first = received + millis(config.ttft.sample(&mut rng));
+    let written = config.record_writes.then(|| WrittenAnswer {
+        prompt: ask.prompt.clone(),
+        received,
+        events: Vec::new(),
+    });
+    let mut answer = Answer {
+        chunks: Chunks::new(&ask, number),
+        ask,
+        total,
+        sent: 0,
+        events: 0,
+        next_tokens: 0,
+        deadline: first,
+        cut_after: None,
+        phase: Phase::Content,
+        written,
+        rng,
+        state: Arc::clone(&state),
+        guard: Some(guard),
+    };
+    answer.next_tokens = answer.draw_event_tokens();
+    if cut {
+        let events_at_most = total.div_ceil(answer.next_tokens.max(1)).max(1);
+        answer.cut_after = Some(answer.rng.random_range(1..=events_at_most));
+    }
+    Ok(if answer.ask.stream {
+        stream_answer(answer)
+    } else {
+        whole_answer(answer).await
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Content,
+    Usage,
+    Done,
+    End,
+}
+
+/// One answer in progress.
+struct Answer {
+    ask: Ask,
+    chunks: Chunks,
+    /// Output tokens to write.
+    total: u32,
+    /// Output tokens written so far.
+    sent: u32,
+    /// Content events written so far.
+    events: u32,
+    /// Tokens of the next content event.
+    next_tokens: u32,
+    /// When the next content event is due.
+    deadline: Instant,
+    /// Abort the connection once this many events are written.
+    cut_after: Option<u32>,
+    phase: Phase,
+    written: Option<WrittenAnswer>,
+    rng: SmallRng,
+    state: Arc<MockState>,
+    /// Holds the concurrency slot until the answer completes or is dropped.
+    guard: Option<ActiveGuard>,
+}
+
+impl Answer {
+    fn draw_event_tokens(&mut self) -> u32 {
+        let drawn = self
+            .state
+            .behaviour
+            .config
+            .tokens_per_event
+            .sample(&mut self.rng);
+        (drawn.round() as u32).clamp(1, (self.total - self.sent).max(1))
+    }
+
+    /// The sum of `tokens` inter-token latency draws.
+    fn itl(&mut self, tokens: u32) -> Duration {
+        let itl = self.state.behaviour.config.itl;
+        (0..tokens).map(|_| millis(itl.sample(&mut self.rng))).sum()
+    }
+
+    fn usage(&self) -> Usage {
+        Usage::new(self.ask.prompt_tokens, self.sent)
+    }
+
+    fn stamp(&mut self) {
+        if let Some(written) = &mut self.written {
+            written.events.push(Instant::now());
+        }
+    }
+
+    /// The last step of a complete answer. The slot is given back before the
+    /// end is written, so a client that saw the end never finds it taken.
+    fn complete(&mut self) {
+        self.guard = None;
+        self.state
+            .counters
+            .completed
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(written) = self.written.take() {
+            self.state.log_written(written);
+        }
+    }
+
+    /// The next piece of the SSE body; `None` once it has ended.
+    async fn next_piece(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        match self.phase {
+            Phase::Content => {
+                if self.cut_after == Some(self.events) {
+                    return Some(Err(self.cut().await));
+                }
+                self.state.timer.sleep_until(self.deadline).await;
+                let tokens = self.next_tokens;
+                self.sent += tokens;
+                self.events += 1;
+                let last = self.sent >= self.total;
+                let finish = (last && self.cut_after.is_none()).then_some(FinishReason::Length);
+                let usage = self.ask.continuous_usage.then(|| self.usage());
+                let piece = self.chunks.content(tokens, self.events == 1, finish, usage);
+                self.stamp();
+                if last && self.cut_after.is_none() {
+                    self.phase = if self.ask.include_usage {
+                        Phase::Usage
+                    } else {
+                        Phase::Done
+                    };
+                } else if !last {
+                    self.next_tokens = self.draw_event_tokens();
+                    let gap = self.itl(self.next_tokens);
+                    self.deadline += gap;
+                }
+                Some(Ok(piece))
+            }
+            Phase::Usage => {
+                self.phase = Phase::Done;
+                Some(Ok(self.chunks.usage_only(self.usage())))
+            }
+            Phase::Done => {
+                self.phase = Phase::End;
+                self.complete();
+                Some(Ok(Bytes::from_static(b"data: [DONE]\n\n")))
+            }
+            Phase::End => None,
+        }
+    }
+
+    /// Ends the body with an error, which makes the server abort the
+    /// connection. Yields once first so that what was written is flushed.
+    async fn cut(&mut self) -> std::io::Error {
+        self.phase = Phase::End;
+        self.state.counters.cut.fetch_add(1, Ordering::Relaxed);
+        tokio::task::yield_now().await;
+        std::io::Error::other("answer cut off on purpose (--cut-rate)")
+    }
+}
+
+fn stream_answer(answer: Answer) -> Response {
+    let pieces = stream::unfold(answer, |mut answer| async move {
+        let piece = answer.next_piece().await?;
+        Some((piece, answer))
+    });
+    let mut response = Body::from_stream(pieces).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+async fn whole_answer(mut answer: Answer) -> Response {
+    let rest = answer.itl(answer.total - 1);
+    answer.state.timer.sleep_until(answer.deadline + rest).await;
+    answer.sent = answer.total;
+    answer.events = 1;
+    let body = answer.chunks.whole(answer.total, answer.usage());
+    answer.stamp();
+    let body = if answer.cut_after.is_some() {
+        answer.state.counters.cut.fetch_add(1, Ordering::Relaxed);
+        cut_body(body.slice(..body.len() / 2))
+    } else {
+        answer.complete();
+        Body::from(body)
+    };
+    let mut response = body.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A body that sends `start`, then breaks (the server aborts the connection).
+fn cut_body(start: Bytes) -> Body {
+    // Some(Some(start)): send the start; Some(None): break; None: ended.
+    let pieces = stream::unfold(Some(Some(start)), |step| async move {
+        match step? {
+            Some(start) => Some((Ok(start), Some(None))),
+            None => {
+                // Let the start be flushed before the connection is aborted.
+                tokio::task::yield_now().await;
+                let error = std::io::Error::other("answer cut off on purpose (--cut-rate)");
+                Some((Err(error), None))
+            }
+        }
+    });
+    Body::from_stream(pieces)
+}
+
+/// Milliseconds (a distribution's draw) as a duration; never negative.
+fn millis(ms: f64) -> Duration {
+    Duration::try_from_secs_f64(ms / 1_000.0).unwrap_or(Duration::ZERO)
+}
+
+/// Serializes one answer's chunks in its endpoint's shape. The chunk is
+/// built once per answer and only its text, `finish_reason` and `usage`
+/// change per event, so an event costs one allocation: its bytes.
+enum Chunks {
+    Completion(CompletionChunk),
+    Chat(ChatCompletionChunk),
+}
+
+impl Chunks {
+    fn new(ask: &Ask, number: u64) -> Self {
+        let created = unix_now();
+        let model = ask.model.clone();
+        if ask.chat {
+            Chunks::Chat(ChatCompletionChunk {
+                id: format!("chatcmpl-mock-{number}"),
+                object: isobench_api::chat::CHAT_CHUNK_OBJECT.to_owned(),
+                created,
+                model,
+                choices: vec![ChatChunkChoice {
+                    index: 0,
+                    delta: ChatDelta::default(),
+                    finish_reason: None,
+                }],
+                usage: None,
+            })
+        } else {
+            Chunks::Completion(CompletionChunk {
+                id: format!("cmpl-mock-{number}"),
+                object: isobench_api::completions::COMPLETION_OBJECT.to_owned(),
+                created,
+                model,
+                choices: vec![CompletionChoice {
+                    index: 0,
+                    text: String::new(),
+                    finish_reason: None,
+                    logprobs: None,
+                }],
+                usage: None,
+            })
+        }
+    }
+
+    /// A content event of `tokens` tokens (the first one names the role).
+    fn content(
+        &mut self,
+        tokens: u32,
+        first: bool,
+        finish: Option<FinishReason>,
+        usage: Option<Usage>,
+    ) -> Bytes {
+        match self {
+            Chunks::Completion(chunk) => {
+                if let Some(choice) = chunk.choices.first_mut() {
+                    write_tokens(&mut choice.text, tokens);
+                    choice.finish_reason = finish;
+                }
+                chunk.usage = usage;
+            }
+            Chunks::Chat(chunk) => {
+                if let Some(choice) = chunk.choices.first_mut() {
+                    let delta = &mut choice.delta;
+                    write_tokens(delta.content.get_or_insert_default(), tokens);
+                    delta.role = first.then(|| "assistant".to_owned());
+                    choice.finish_reason = finish;
+                }
+                chunk.usage = usage;
+            }
+        }
+        self.event()
+    }
+
+    /// The chunk after the last content: `usage`, no choices.
+    fn usage_only(&mut self, usage: Usage) -> Bytes {
+        match self {
+            Chunks::Completion(chunk) => {
+                chunk.choices.clear();
+                chunk.usage = Some(usage);
+            }
+            Chunks::Chat(chunk) => {
+                chunk.choices.clear();
+                chunk.usage = Some(usage);
+            }
+        }
+        self.event()
+    }
+
+    /// The current chunk as one SSE event.
+    fn event(&self) -> Bytes {
+        let mut out = Vec::with_capacity(320);
+        out.extend_from_slice(b"data: ");
+        // Wire types of strings and numbers always serialize.
+        let _ = match self {
+            Chunks::Completion(chunk) => serde_json::to_writer(&mut out, chunk),
+            Chunks::Chat(chunk) => serde_json::to_writer(&mut out, chunk),
+        };
+        out.extend_from_slice(b"\n\n");
+        Bytes::from(out)
+    }
+
+    /// The whole (non-streamed) answer of `tokens` tokens.
+    fn whole(&self, tokens: u32, usage: Usage) -> Bytes {
+        let mut text = String::new();
+        write_tokens(&mut text, tokens);
+        let finish_reason = Some(FinishReason::Length);
+        let json = match self {
+            Chunks::Chat(chunk) => serde_json::to_vec(&ChatCompletionResponse {
+                id: chunk.id.clone(),
+                object: isobench_api::chat::CHAT_OBJECT.to_owned(),
+                created: chunk.created,
+                model: chunk.model.clone(),
+                choices: vec![ChatChoice {
+                    index: 0,
+                    message: ChatMessage::new("assistant", text),
+                    finish_reason,
+                }],
+                usage: Some(usage),
+            }),
+            Chunks::Completion(chunk) => serde_json::to_vec(&CompletionChunk {
+                choices: vec![CompletionChoice {
+                    index: 0,
+                    text,
+                    finish_reason,
+                    logprobs: None,
+                }],
+                usage: Some(usage),
+                ..chunk.clone()
+            }),
+        };
+        Bytes::from(json.unwrap_or_default())
+    }
+}
+
+/// Replaces `text` with `tokens` generated tokens, reusing its buffer.
+fn write_tokens(text: &mut String, tokens: u32) {
+    text.clear();
+    for _ in 0..tokens {
+        text.push_str(TOKEN_TEXT);
+    }
+}
