@@ -11,7 +11,7 @@ use crate::distribution::DISTRIBUTION_FORMS;
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
     /// The workload file itself could not be read.
-    #[error("cannot read workload file `{}`: {source}", path.display())]
+    #[error("cannot read workload file `{}`", path.display())]
     Read {
         path: PathBuf,
         #[source]

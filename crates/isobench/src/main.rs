@@ -69,10 +69,24 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", describe(&err));
             ExitCode::from(2)
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: some errors
+/// already quote their source in their own message.
+fn describe(err: &anyhow::Error) -> String {
+    let mut message = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !message.contains(&cause) {
+            message.push_str(": ");
+            message.push_str(&cause);
+        }
+    }
+    message
 }
 
 /// Waits for Ctrl-C; if the signal cannot be installed, waits forever.
