@@ -28,16 +28,33 @@ fn render(base: &Report, new: &Report) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "baseline:  {} ({}, {})\ncandidate: {} ({}, {})\n\n",
-        base.run.workload, base.run.target, base.run.load, new.run.workload, new.run.target, new.run.load
+        base.run.workload,
+        base.run.target,
+        base.run.load,
+        new.run.workload,
+        new.run.target,
+        new.run.load
     ));
     out.push_str(&format!(
         "{:<12} {:>12} {:>12} {:>9}  {}\n",
         "figure", "baseline", "candidate", "change", "verdict (95% CI)"
     ));
     let latencies = [
-        ("ttft", &base.summary.latency.ttft, &new.summary.latency.ttft),
-        ("tpot", &base.summary.latency.tpot, &new.summary.latency.tpot),
-        ("itl", &base.summary.latency.itl_per_event, &new.summary.latency.itl_per_event),
+        (
+            "ttft",
+            &base.summary.latency.ttft,
+            &new.summary.latency.ttft,
+        ),
+        (
+            "tpot",
+            &base.summary.latency.tpot,
+            &new.summary.latency.tpot,
+        ),
+        (
+            "itl",
+            &base.summary.latency.itl_per_event,
+            &new.summary.latency.itl_per_event,
+        ),
         ("e2el", &base.summary.latency.e2e, &new.summary.latency.e2e),
     ];
     for (name, b, n) in latencies {
@@ -47,7 +64,11 @@ fn render(base: &Report, new: &Report) -> String {
         }
     }
     let throughput = [
-        ("req/s", base.summary.throughput.requests_per_s, new.summary.throughput.requests_per_s),
+        (
+            "req/s",
+            base.summary.throughput.requests_per_s,
+            new.summary.throughput.requests_per_s,
+        ),
         (
             "output tok/s",
             base.summary.throughput.output_tokens_per_s,

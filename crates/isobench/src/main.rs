@@ -7,7 +7,8 @@
 //! - `isobench serve`: the embedded OpenAI-compatible model server ([`serve`]);
 //! - `isobench mock`: the synthetic endpoint with injected latency ([`mock`]);
 //! - `isobench compare BASE.json NEW.json`: two reports side by side, with a
-//!   verdict on whether each difference is statistically real ([`compare`]).
+//!   verdict on whether each difference is statistically real ([`compare`]);
+//! - `isobench summary REPORT.json...`: many runs, one row each ([`summary`]).
 //!
 //! Exit codes: 0 success; 1 an SLO given on the command line was missed;
 //! 2 an error (bad input, unreachable endpoint); 130 interrupted by Ctrl-C
@@ -17,6 +18,7 @@ mod compare;
 mod mock;
 mod run;
 mod serve;
+mod summary;
 mod tokens;
 
 use std::process::ExitCode;
@@ -37,9 +39,11 @@ enum Command {
     /// Serve a model folder behind an OpenAI-compatible API, with a chosen batching policy.
     Serve(Box<isobench_server::ServerArgs>),
     /// Serve a synthetic OpenAI-compatible endpoint with injected latency, errors and chunking.
-    Mock(mock::MockArgs),
+    Mock(Box<mock::MockArgs>),
     /// Compare two JSON reports: each figure side by side, with a significance verdict.
     Compare(compare::CompareArgs),
+    /// Several JSON reports, one row each: throughput and TTFT/TPOT side by side.
+    Summary(summary::SummaryArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,7 +55,10 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");
@@ -62,8 +69,9 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(*args).await,
             Command::Serve(args) => serve::serve(*args).await,
-            Command::Mock(args) => mock::mock(args).await,
+            Command::Mock(args) => mock::mock(*args).await,
             Command::Compare(args) => compare::compare(&args),
+            Command::Summary(args) => summary::summary(&args),
         }
     });
     match result {

@@ -19,7 +19,10 @@ pub struct MockArgs {
 
 pub async fn mock(args: MockArgs) -> anyhow::Result<ExitCode> {
     let mock = MockServer::start(args.config, SocketAddr::new(args.host, args.port)).await?;
-    eprintln!("isobench mock: serving at {}/v1 (Ctrl-C to stop)", mock.url());
+    eprintln!(
+        "isobench mock: serving at {}/v1 (Ctrl-C to stop)",
+        mock.url()
+    );
     crate::ctrl_c().await;
     mock.shutdown().await;
     Ok(ExitCode::SUCCESS)

@@ -144,8 +144,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let plan = workload.plan(tokenizer.as_deref())?;
 
     let (backend, model) = connect(&args, &workload, &target, tokenizer.as_deref()).await?;
-    let output = args.output.clone().unwrap_or_else(|| default_output(&workload));
-    let log = args.log.clone().unwrap_or_else(|| output.with_extension("requests.jsonl"));
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&workload));
+    let log = args
+        .log
+        .clone()
+        .unwrap_or_else(|| output.with_extension("requests.jsonl"));
     if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -188,7 +194,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     println!("{}", table::render(&report));
     report.write_json(&output)?;
     eprintln!("report: {}", output.display());
-    eprintln!("per-request log: {} ({} requests)", log.display(), outcome.logged);
+    eprintln!(
+        "per-request log: {} ({} requests)",
+        log.display(),
+        outcome.logged
+    );
     if let Some(csv) = &args.csv {
         isobench_report::csv::append(&report, csv)?;
         eprintln!("csv row appended: {}", csv.display());
@@ -324,7 +334,9 @@ fn resolve_model_folder(folder: &Path) -> anyhow::Result<PathBuf> {
     if folder.join("config.json").is_file() {
         return Ok(folder.to_path_buf());
     }
-    let in_source_tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(folder);
+    let in_source_tree = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(folder);
     if folder.is_relative() && in_source_tree.join("config.json").is_file() {
         return Ok(in_source_tree);
     }
@@ -355,7 +367,9 @@ async fn connect(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     config.extra_body = workload.extra_body().clone();
-    config.api_key = std::env::var(&api_key_env).ok().filter(|key| !key.is_empty());
+    config.api_key = std::env::var(&api_key_env)
+        .ok()
+        .filter(|key| !key.is_empty());
     config.timeout = args.timeout.unwrap_or_else(|| workload.timeout());
     config.http2 = args.http2;
     config.sampling = SamplingParams {
@@ -373,9 +387,7 @@ async fn connect(
     let model = match (&args.model, target) {
         (Some(model), _) => model.clone(),
         (None, Target::Embedded(server, _)) => server.model_name().to_owned(),
-        (None, Target::External(_)) => {
-            only_listed_model(HttpBackend::new(config.clone())?).await?
-        }
+        (None, Target::External(_)) => only_listed_model(HttpBackend::new(config.clone())?).await?,
     };
     config.model = model.clone();
     let backend = HttpBackend::new(config)?;
@@ -399,15 +411,15 @@ async fn only_listed_model(probe: HttpBackend) -> anyhow::Result<String> {
     }
 }
 
-fn watch_ctrl_c(cancel: CancellationToken) -> impl std::future::Future<Output = ()> {
-    async move {
-        crate::ctrl_c().await;
-        eprintln!("\ninterrupted: no new requests; waiting for those in flight (Ctrl-C again to quit now)");
-        cancel.cancel();
-        crate::ctrl_c().await;
-        eprintln!("quitting without a report");
-        std::process::exit(130);
-    }
+async fn watch_ctrl_c(cancel: CancellationToken) {
+    crate::ctrl_c().await;
+    eprintln!(
+        "\ninterrupted: no new requests; waiting for those in flight (Ctrl-C again to quit now)"
+    );
+    cancel.cancel();
+    crate::ctrl_c().await;
+    eprintln!("quitting without a report");
+    std::process::exit(130);
 }
 
 fn default_output(workload: &Workload) -> PathBuf {

@@ -12,7 +12,9 @@ use isobench_report::Report;
 
 fn isobench() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_isobench"));
-    command.current_dir(repo_root()).env_remove("OPENAI_API_KEY");
+    command
+        .current_dir(repo_root())
+        .env_remove("OPENAI_API_KEY");
     command
 }
 
@@ -27,7 +29,9 @@ async fn mock() -> MockHandle {
         itl: "fixed:2".parse().unwrap(),
         ..MockConfig::default()
     };
-    MockServer::start(config, "127.0.0.1:0".parse().unwrap()).await.unwrap()
+    MockServer::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
 }
 
 fn write_workload(dir: &Path, body: &str) -> PathBuf {
@@ -68,7 +72,13 @@ async fn run_against_the_mock_writes_report_and_log() {
     let report_path = dir.path().join("r.json");
     let csv = dir.path().join("runs.csv");
     let output = isobench()
-        .args(["run", workload.to_str().unwrap(), "--quiet", "--target", &mock.url()])
+        .args([
+            "run",
+            workload.to_str().unwrap(),
+            "--quiet",
+            "--target",
+            &mock.url(),
+        ])
         .args(["--model", "mock", "-o", report_path.to_str().unwrap()])
         .args(["--csv", csv.to_str().unwrap()])
         .output()
@@ -80,10 +90,32 @@ async fn run_against_the_mock_writes_report_and_log() {
     let report = Report::read_json(&report_path).unwrap();
     assert_eq!(report.summary.requests.completed, 6);
     let ttft = report.summary.latency.ttft.as_ref().unwrap();
-    assert!((ttft.p50_ms - 20.0).abs() < 5.0, "TTFT p50 {} ms, injected 20 ms", ttft.p50_ms);
+    assert!(
+        (ttft.p50_ms - 20.0).abs() < 5.0,
+        "TTFT p50 {} ms, injected 20 ms",
+        ttft.p50_ms
+    );
     let tpot = report.summary.latency.tpot.as_ref().unwrap();
-    assert!((tpot.p50_ms - 2.0).abs() < 1.0, "TPOT p50 {} ms, injected 2 ms", tpot.p50_ms);
-    assert_eq!(log_lines(&report_path.with_extension("requests.jsonl")).len(), 6);
+    assert!(
+        (tpot.p50_ms - 2.0).abs() < 1.0,
+        "TPOT p50 {} ms, injected 2 ms",
+        tpot.p50_ms
+    );
+    assert_eq!(
+        log_lines(&report_path.with_extension("requests.jsonl")).len(),
+        6
+    );
+    let summary = isobench()
+        .args(["summary", report_path.to_str().unwrap(), "--baseline", "r"])
+        .output()
+        .unwrap();
+    let summary_text = String::from_utf8_lossy(&summary.stdout);
+    assert!(summary.status.success(), "{}", stderr(&summary));
+    assert!(
+        summary_text.lines().nth(1).unwrap().starts_with("r "),
+        "{summary_text}"
+    );
+    assert!(summary_text.contains("1.00x"), "{summary_text}");
     let rows = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(rows.lines().count(), 2, "header and one row: {rows}");
     mock.shutdown().await;
@@ -96,14 +128,29 @@ async fn a_missed_command_line_slo_exits_1_and_a_met_one_exits_0() {
     let workload = write_workload(dir.path(), SMALL);
     let run = |slo: &str| {
         isobench()
-            .args(["run", workload.to_str().unwrap(), "--quiet", "--target", &mock.url()])
-            .args(["-o", dir.path().join("r.json").to_str().unwrap(), "--slo", slo])
+            .args([
+                "run",
+                workload.to_str().unwrap(),
+                "--quiet",
+                "--target",
+                &mock.url(),
+            ])
+            .args([
+                "-o",
+                dir.path().join("r.json").to_str().unwrap(),
+                "--slo",
+                slo,
+            ])
             .output()
             .unwrap()
     };
     let missed = run("ttft_p99=5ms");
     assert_eq!(missed.status.code(), Some(1), "{}", stderr(&missed));
-    assert!(stderr(&missed).contains("SLO missed: ttft_p99"), "{}", stderr(&missed));
+    assert!(
+        stderr(&missed).contains("SLO missed: ttft_p99"),
+        "{}",
+        stderr(&missed)
+    );
     let met = run("ttft_p99=2s,tpot_p50=500ms");
     assert_eq!(met.status.code(), Some(0), "{}", stderr(&met));
     mock.shutdown().await;
@@ -129,7 +176,13 @@ duration = "60s"
     );
     let report_path = dir.path().join("r.json");
     let mut child = isobench()
-        .args(["run", workload.to_str().unwrap(), "--quiet", "--target", &mock.url()])
+        .args([
+            "run",
+            workload.to_str().unwrap(),
+            "--quiet",
+            "--target",
+            &mock.url(),
+        ])
         .args(["-o", report_path.to_str().unwrap(), "--drain-timeout", "5s"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -150,16 +203,27 @@ duration = "60s"
     }
     let exit = child.wait().unwrap();
     let mut stdout = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
     assert_eq!(exit.code(), Some(130), "{rest}");
 
     let report = Report::read_json(&report_path).expect("a valid report after Ctrl-C");
     assert!(report.run.interrupted);
     let completed = report.summary.requests.completed;
-    assert!(completed > 10, "about 40 requests/s for 1.5 s, got {completed}");
+    assert!(
+        completed > 10,
+        "about 40 requests/s for 1.5 s, got {completed}"
+    );
     let log = log_lines(&report_path.with_extension("requests.jsonl"));
     let logged_ok = log.iter().filter(|line| line["error"].is_null()).count() as u64;
-    assert_eq!(logged_ok, completed, "every completed request is in the log");
+    assert_eq!(
+        logged_ok, completed,
+        "every completed request is in the log"
+    );
     mock.shutdown().await;
 }
 
@@ -171,12 +235,20 @@ fn bad_workload_file_names_the_file_and_field_and_exits_2() {
         "[request]\ninput_tokens = 8\noutput_tokens = 8\n[load]\nrate = -5.0\nmax_requests = 3\n",
     );
     let output = isobench()
-        .args(["run", workload.to_str().unwrap(), "--target", "http://127.0.0.1:9"])
+        .args([
+            "run",
+            workload.to_str().unwrap(),
+            "--target",
+            "http://127.0.0.1:9",
+        ])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let message = stderr(&output);
-    assert!(message.contains("w.toml") && message.contains("load.rate"), "{message}");
+    assert!(
+        message.contains("w.toml") && message.contains("load.rate"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -190,8 +262,15 @@ fn unreachable_target_fails_fast_with_the_url() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("127.0.0.1:9"), "{}", stderr(&output));
-    assert!(!dir.path().join("r.json").exists(), "no report for a run that never started");
+    assert!(
+        stderr(&output).contains("127.0.0.1:9"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        !dir.path().join("r.json").exists(),
+        "no report for a run that never started"
+    );
 }
 
 #[test]
@@ -201,12 +280,21 @@ fn without_target_the_embedded_server_answers() {
     let report_path = dir.path().join("r.json");
     let output = isobench()
         .args(["run", workload.to_str().unwrap(), "--quiet"])
-        .args(["--server-model", "models/tiny-llama", "-o", report_path.to_str().unwrap()])
+        .args([
+            "--server-model",
+            "models/tiny-llama",
+            "-o",
+            report_path.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     let report = Report::read_json(&report_path).unwrap();
     assert_eq!(report.summary.requests.completed, 6);
     assert_eq!(report.run.model, "tiny-llama");
-    assert_eq!(report.summary.tokens.output, 6 * 8, "ignore_eos fixes the output length");
+    assert_eq!(
+        report.summary.tokens.output,
+        6 * 8,
+        "ignore_eos fixes the output length"
+    );
 }
