@@ -36,11 +36,14 @@ pub trait Backend: Send + Sync + 'static {
     ) -> impl Future<Output = ()> + Send;
 }
 
-/// Counts the tokens of generated text with the endpoint's tokenizer, when
-/// the server does not report `usage`. The binary supplies one when the
-/// workload names a tokenizer.
+/// Tokenizes generated text with the endpoint's tokenizer: it counts the
+/// output when the server reports no `usage`, and splits a stream's tokens
+/// over its events for the per-token ITL view when the server reports no
+/// usage per event. The binary supplies one when it knows the tokenizer.
 pub trait TokenCounter: Send + Sync {
-    fn count_tokens(&self, text: &str) -> u32;
+    /// The byte offset in `text` at which each token ends, in order (their
+    /// number is the token count).
+    fn token_ends(&self, text: &str) -> Vec<usize>;
 }
 
 /// Marks `record` failed at `end_ns` with a message cut to a readable length.

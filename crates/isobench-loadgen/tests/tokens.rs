@@ -54,8 +54,19 @@ async fn chunked_events_count_every_token() {
 struct Words;
 
 impl TokenCounter for Words {
-    fn count_tokens(&self, text: &str) -> u32 {
-        text.split_whitespace().count() as u32
+    fn token_ends(&self, text: &str) -> Vec<usize> {
+        let mut ends = Vec::new();
+        let mut in_word = false;
+        for (i, c) in text.char_indices() {
+            if c.is_whitespace() && in_word {
+                ends.push(i);
+            }
+            in_word = !c.is_whitespace();
+        }
+        if in_word {
+            ends.push(text.len());
+        }
+        ends
     }
 }
 
@@ -78,6 +89,11 @@ async fn without_usage_tokens_come_from_the_tokenizer_or_the_events() {
     let (_, lines) = run_logged(plan, counted, RunOptions::default()).await;
     assert_eq!(lines[0]["token_source"], "tokenizer");
     assert_eq!(lines[0]["output_tokens"], 3);
+    assert_eq!(
+        lines[0]["event_tokens"],
+        serde_json::json!([2, 1]),
+        "split by the tokenizer"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

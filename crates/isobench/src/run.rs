@@ -51,6 +51,13 @@ pub struct RunArgs {
     #[arg(long)]
     http2: bool,
 
+    /// Ask for `usage` in every stream chunk (vLLM's
+    /// `stream_options.continuous_usage_stats`), so that each event's token
+    /// count is exact for the per-token ITL view. Always on against the
+    /// embedded server; strict endpoints may reject the field.
+    #[arg(long)]
+    usage_per_event: bool,
+
     /// Tokenizer (`tokenizer.json`) of the endpoint's model: prompts get
     /// exact token counts and streamed text is counted when the server
     /// reports no usage. Default: the workload's `tokenizer`, or the
@@ -372,6 +379,7 @@ async fn connect(
         .filter(|key| !key.is_empty());
     config.timeout = args.timeout.unwrap_or_else(|| workload.timeout());
     config.http2 = args.http2;
+    config.continuous_usage = args.usage_per_event || matches!(target, Target::Embedded(..));
     config.sampling = SamplingParams {
         temperature: sampling.temperature.map(|t| t as f32),
         top_p: sampling.top_p.map(|p| p as f32),

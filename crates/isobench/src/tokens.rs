@@ -1,5 +1,5 @@
-//! Counting generated tokens with the endpoint's tokenizer, for servers
-//! that report no `usage`.
+//! Counting generated tokens with the endpoint's tokenizer: the output of
+//! servers that report no `usage`, and each streamed event's share of it.
 
 use std::path::Path;
 
@@ -24,9 +24,10 @@ impl TokenizerCounter {
 }
 
 impl TokenCounter for TokenizerCounter {
-    fn count_tokens(&self, text: &str) -> u32 {
-        self.0
-            .encode_fast(text, false)
-            .map_or(0, |encoding| encoding.len() as u32)
+    fn token_ends(&self, text: &str) -> Vec<usize> {
+        self.0.encode(text, false).map_or_else(
+            |_| Vec::new(),
+            |encoding| encoding.get_offsets().iter().map(|&(_, end)| end).collect(),
+        )
     }
 }

@@ -94,6 +94,8 @@ struct StreamState {
     usage_per_event: bool,
     /// The streamed text, kept only when a tokenizer will count it.
     text: Option<String>,
+    /// Where each content event's text ends in `text`.
+    event_ends: Vec<usize>,
 }
 
 /// Why an event ends the request: its error kind and message.
@@ -115,6 +117,11 @@ async fn read_stream(
         text: backend
             .token_counter()
             .map(|_| String::with_capacity(record.content_event_ns.capacity() * 8)),
+        event_ends: Vec::with_capacity(if backend.token_counter().is_some() {
+            record.content_event_ns.capacity()
+        } else {
+            0
+        }),
         ..StreamState::default()
     };
     loop {
@@ -200,6 +207,7 @@ fn on_event(
         }
         if let Some(text) = &mut state.text {
             text.push_str(content);
+            state.event_ends.push(text.len());
         }
     }
     if view.finish_reason().is_some() {
@@ -211,21 +219,51 @@ fn on_event(
     Ok(())
 }
 
-/// Sets the output token count from the best source available.
+/// Sets the output token count from the best source available (usage, then
+/// the tokenizer, then one per event), and the tokens of each event: usage
+/// deltas when every event carried usage, else the tokenizer's split.
 fn finish_tokens(backend: &HttpBackend, state: &StreamState, record: &mut RequestRecord) {
-    if !state.usage_per_event || record.event_tokens.len() != record.content_event_ns.len() {
+    let usage_per_event =
+        state.usage_per_event && record.event_tokens.len() == record.content_event_ns.len();
+    let token_ends = match (backend.token_counter(), state.text.as_deref()) {
+        (Some(counter), Some(text)) => Some(counter.token_ends(text)),
+        _ => None,
+    };
+    if !usage_per_event {
         record.event_tokens.clear();
+        if let Some(ends) = &token_ends {
+            split_over_events(ends, &state.event_ends, &mut record.event_tokens);
+        }
     }
     let events = u32::try_from(record.content_event_ns.len()).unwrap_or(u32::MAX);
-    let counted = match (state.usage, backend.token_counter(), state.text.as_deref()) {
-        (Some(usage), _, _) => {
+    let counted = match (state.usage, token_ends) {
+        (Some(usage), _) => {
             record.input_tokens = usage.prompt_tokens;
             (usage.completion_tokens, TokenSource::Usage)
         }
-        (None, Some(counter), Some(text)) => (counter.count_tokens(text), TokenSource::Tokenizer),
-        _ => (events, TokenSource::Events),
+        (None, Some(ends)) => (saturating_u32(ends.len()), TokenSource::Tokenizer),
+        (None, None) => (events, TokenSource::Events),
     };
     (record.output_tokens, record.token_source) = counted;
+}
+
+/// Tokens per event: a token belongs to the event whose text completes it.
+/// `token_ends` and `event_ends` are byte offsets into the same text.
+fn split_over_events(token_ends: &[usize], event_ends: &[usize], per_event: &mut Vec<u32>) {
+    per_event.resize(event_ends.len(), 0);
+    let mut event = 0;
+    for &end in token_ends {
+        while event + 1 < event_ends.len() && event_ends[event] < end {
+            event += 1;
+        }
+        if let Some(count) = per_event.get_mut(event) {
+            *count += 1;
+        }
+    }
+}
+
+fn saturating_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 async fn read_whole(
@@ -254,7 +292,10 @@ async fn read_whole(
             record.input_tokens = usage.prompt_tokens;
             (usage.completion_tokens, TokenSource::Usage)
         }
-        (None, Some(counter)) => (counter.count_tokens(view.content()), TokenSource::Tokenizer),
+        (None, Some(counter)) => (
+            saturating_u32(counter.token_ends(view.content()).len()),
+            TokenSource::Tokenizer,
+        ),
         // Without usage or a tokenizer a whole answer is one "event".
         (None, None) => (1, TokenSource::Events),
     };
@@ -287,4 +328,25 @@ async fn error_message(mut response: reqwest::Response) -> String {
         message.push_str(&format!(" (Retry-After: {seconds})"));
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_over_events;
+
+    #[test]
+    fn tokens_go_to_the_event_that_completes_them() {
+        // Events "ab|cde|f" end at 2, 5, 6; tokens "a|bc|de|f" end at 1, 3, 5, 6:
+        // "bc" straddles the first two events and belongs to the second.
+        let mut per_event = Vec::new();
+        split_over_events(&[1, 3, 5, 6], &[2, 5, 6], &mut per_event);
+        assert_eq!(per_event, [1, 2, 1]);
+    }
+
+    #[test]
+    fn an_event_without_a_whole_token_gets_none() {
+        let mut per_event = Vec::new();
+        split_over_events(&[4], &[2, 4], &mut per_event);
+        assert_eq!(per_event, [0, 1]);
+    }
 }
