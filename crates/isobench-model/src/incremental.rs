@@ -11,6 +11,13 @@
 //! in U+FFFD (an incomplete character), it emits the growth and slides the
 //! window forward. Each push decodes only the few tokens since the last
 //! emitted boundary, so its cost does not grow with the sequence.
+//!
+//! A character spans at most four bytes, so at most four byte tokens. When
+//! more tokens than that are held back and the text still ends incomplete,
+//! the bytes can never form a character (a model emitting stray bytes): the
+//! text is emitted as it decodes, with U+FFFD, and the window starts afresh.
+//! Otherwise a stream of such tokens would arrive all at once at the end,
+//! and a client would measure its time to first token as its whole latency.
 
 use std::sync::Arc;
 
@@ -41,6 +48,9 @@ impl std::fmt::Debug for IncrementalDecoder {
 /// The replacement character a decoder writes for an incomplete sequence.
 const INCOMPLETE: char = '\u{FFFD}';
 
+/// Tokens one character can span at most (one byte each).
+const MAX_TOKENS_PER_CHAR: usize = 4;
+
 impl IncrementalDecoder {
     pub(crate) fn new(tokenizer: Arc<tokenizers::Tokenizer>, skip_special_tokens: bool) -> Self {
         Self {
@@ -58,8 +68,19 @@ impl IncrementalDecoder {
     pub fn push(&mut self, token: u32) -> Result<Option<String>, ModelError> {
         self.window.push(token);
         let text = self.decode(&self.window)?;
-        if text.len() <= self.emitted_text.len() || text.ends_with(INCOMPLETE) {
+        if text.len() <= self.emitted_text.len() {
             return Ok(None);
+        }
+        if text.ends_with(INCOMPLETE) {
+            if self.window.len() - self.emitted_tokens <= MAX_TOKENS_PER_CHAR {
+                return Ok(None);
+            }
+            // Stray bytes that no later token can complete.
+            let new_text = text.get(self.emitted_text.len()..).map(str::to_string);
+            self.window.clear();
+            self.emitted_tokens = 0;
+            self.emitted_text.clear();
+            return Ok(new_text);
         }
         let Some(new_text) = text
             .strip_prefix(self.emitted_text.as_str())

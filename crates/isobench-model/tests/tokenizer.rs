@@ -122,3 +122,28 @@ fn incremental_decoding_skips_special_tokens_and_flushes_at_the_end() {
         tok.decode(&ids[..ids.len() - 1], true).unwrap()
     );
 }
+
+/// Regression: a model that emits stray bytes (seeded random weights do)
+/// must not have its whole answer held back until the end, which made the
+/// load generator see one event and a TTFT equal to the E2E latency.
+#[test]
+fn stray_bytes_are_emitted_once_no_character_can_complete() {
+    let tok = tokenizer();
+    let stray = (0..tok.vocab_size() as u32)
+        .find(|&id| {
+            tok.decode(&[id], false).unwrap() == "\u{FFFD}"
+                && tok.decode(&[id, id], false).unwrap() == "\u{FFFD}\u{FFFD}"
+        })
+        .expect("a byte token that cannot start and end a character alone");
+    let mut decoder = tok.incremental_decoder(true);
+    let mut emitted_before_finish = String::new();
+    for _ in 0..12 {
+        emitted_before_finish.extend(decoder.push(stray).unwrap());
+    }
+    assert!(
+        emitted_before_finish.chars().count() >= 8,
+        "held back: {emitted_before_finish:?}"
+    );
+    let rest = decoder.finish().unwrap().unwrap_or_default();
+    assert_eq!(emitted_before_finish + &rest, "\u{FFFD}".repeat(12));
+}
