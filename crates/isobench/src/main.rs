@@ -48,6 +48,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    raise_open_file_limit();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ISOBENCH_LOG")
@@ -95,6 +96,24 @@ fn describe(err: &anyhow::Error) -> String {
         }
     }
     message
+}
+
+/// Each request in flight holds a socket (and the servers one per client):
+/// raise the soft limit on open files to the hard one, which is what load
+/// generators otherwise ask users to do with `ulimit -n`. Without it, a
+/// high-rate open-loop run fails with `connect` errors ("Too many open
+/// files") well below what the machine can do.
+fn raise_open_file_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    // An unlimited hard limit still stops at the kernel's `nr_open` (2^20 by default).
+    let target = limit.maximum.unwrap_or(1 << 20);
+    if limit.current.is_some_and(|current| current < target) {
+        limit.current = Some(target);
+        if let Err(err) = setrlimit(Resource::Nofile, limit) {
+            tracing::debug!("could not raise the open-file limit: {err}");
+        }
+    }
 }
 
 /// Waits for Ctrl-C; if the signal cannot be installed, waits forever.

@@ -298,3 +298,52 @@ fn without_target_the_embedded_server_answers() {
         "ignore_eos fixes the output length"
     );
 }
+
+/// Regression: at high concurrency the client ran out of file descriptors
+/// under the default soft limit and recorded `connect` errors; the binary
+/// now raises the soft limit to the hard one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_low_soft_open_file_limit_is_raised() {
+    let config = MockConfig {
+        ttft: "fixed:300".parse().unwrap(),
+        ..MockConfig::default()
+    };
+    let mock = MockServer::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(
+        dir.path(),
+        r#"
+name = "many-sockets"
+[request]
+input_tokens = 4
+output_tokens = 2
+[load]
+arrival = "closed"
+concurrency = 300
+max_requests = 300
+"#,
+    );
+    let report_path = dir.path().join("r.json");
+    let script = format!(
+        "ulimit -Sn 128 && exec \"$0\" run {} --quiet --target {} -o {}",
+        workload.display(),
+        mock.url(),
+        report_path.display()
+    );
+    let output = Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_isobench")])
+        .current_dir(repo_root())
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = Report::read_json(&report_path).unwrap();
+    assert_eq!(
+        report.summary.requests.completed, 300,
+        "{:?}",
+        report.summary.errors
+    );
+    mock.shutdown().await;
+}
