@@ -169,15 +169,7 @@ async fn models_health_and_metrics() {
     assert_eq!(health.status(), 200);
 
     post_ok(&server, "/v1/completions", &greedy(&server, PROMPTS[3], 4)).await;
-    let metrics = client
-        .get(format!("{}/metrics", server.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for expected in [
+    let expected = [
         "isobench_requests_running 0\n",
         "isobench_requests_waiting 0\n",
         "isobench_kv_blocks_total 256\n",
@@ -191,11 +183,26 @@ async fn models_health_and_metrics() {
         "isobench_step_seconds_count{phase=\"prefill\"} 1\n",
         "isobench_step_seconds_count{phase=\"decode\"} 3\n",
         "isobench_batch_size_count 4\n",
-    ] {
-        assert!(
-            metrics.contains(expected),
-            "missing {expected:?} in\n{metrics}"
-        );
+    ];
+    // The engine retires a sequence (and updates the gauges) just after it
+    // sends the last token: poll briefly until the scrape has caught up.
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = client
+            .get(format!("{}/metrics", server.url()))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if expected.iter().all(|line| metrics.contains(line)) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for line in expected {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }
     server.shutdown().await;
 }
