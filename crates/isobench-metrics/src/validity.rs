@@ -90,7 +90,7 @@ pub fn assess_validity(summary: &Summary, offered_rate: Option<f64>) -> Validity
             ));
         } else if lag > DISPATCH_LAG_P99_WARN_MS {
             validity.warnings.push(format!(
-                "dispatch lag p99 is {lag:.2} ms (over {DISPATCH_LAG_P99_WARN_MS} ms): the client is close to its limit"
+                "dispatch lag p99 is {lag:.2} ms (over {DISPATCH_LAG_P99_WARN_MS} ms): the client is close to its limit, or shares its CPU with the server (as with the embedded one)"
             ));
         }
     }
