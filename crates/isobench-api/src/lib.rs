@@ -1,6 +1,7 @@
 //! OpenAI-compatible wire types, shared by the isobench load generator (the
 //! client), the embedded model server and the mock endpoint.
 //!
+//! - [`answer`]: writing an answer in either endpoint's shape (servers).
 //! - [`completions`]: `POST /v1/completions` requests, responses and stream chunks.
 //! - [`chat`]: `POST /v1/chat/completions` likewise.
 //! - [`models`]: `GET /v1/models`.
@@ -13,6 +14,7 @@
 //! Requests keep unknown body fields in `extra` (flattened), so a client can
 //! send vendor parameters and a server can see what it was sent.
 
+pub mod answer;
 pub mod chat;
 pub mod completions;
 pub mod error;

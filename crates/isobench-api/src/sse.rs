@@ -10,6 +10,11 @@
 /// The payload that ends an OpenAI stream.
 pub const DONE: &[u8] = b"[DONE]";
 
+/// What opens an event's data line.
+pub const DATA_PREFIX: &[u8] = b"data: ";
+/// What ends an event: its line's end and the blank line after it.
+pub const EVENT_END: &[u8] = b"\n\n";
+
 /// Frames one JSON payload as an SSE event.
 pub fn encode_data(payload: &str) -> String {
     let mut out = String::with_capacity(payload.len() + 8);

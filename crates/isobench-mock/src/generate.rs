@@ -22,11 +22,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
-use isobench_api::{
-    ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatDelta, ChatMessage, CompletionChoice, CompletionChunk,
-    CompletionRequest, FinishReason, PromptInput, Usage, unix_now,
-};
+use isobench_api::answer::{AnswerWriter, Delta, Endpoint};
+use isobench_api::{ChatCompletionRequest, CompletionRequest, FinishReason, PromptInput, Usage};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -146,7 +143,8 @@ async fn answer(state: Arc<MockState>, ask: Ask, received: Instant) -> Result<Re
         events: Vec::new(),
     });
     let mut answer = Answer {
-        chunks: Chunks::new(&ask, number),
+        writer: AnswerWriter::new(endpoint(&ask), "mock-", number, ask.model.clone()),
+        text: String::new(),
         ask,
         total,
         sent: 0,
@@ -183,7 +181,10 @@ enum Phase {
 /// One answer in progress.
 struct Answer {
     ask: Ask,
-    chunks: Chunks,
+    /// Writes the answer in its endpoint's shape.
+    writer: AnswerWriter,
+    /// The text of the current event, its buffer reused.
+    text: String,
     /// Output tokens to write.
     total: u32,
     /// Output tokens written so far.
@@ -258,7 +259,14 @@ impl Answer {
                 let last = self.sent >= self.total;
                 let finish = (last && self.cut_after.is_none()).then_some(FinishReason::Length);
                 let usage = self.ask.continuous_usage.then(|| self.usage());
-                let piece = self.chunks.content(tokens, self.events == 1, finish, usage);
+                write_tokens(&mut self.text, tokens);
+                let chat_opening = self.events == 1 && self.ask.chat;
+                let piece = Bytes::from(self.writer.chunk_event(Delta {
+                    role: chat_opening.then_some("assistant"),
+                    text: Some(&self.text),
+                    finish_reason: finish,
+                    usage,
+                }));
                 self.stamp();
                 if last && self.cut_after.is_none() {
                     self.phase = if self.ask.include_usage {
@@ -275,7 +283,7 @@ impl Answer {
             }
             Phase::Usage => {
                 self.phase = Phase::Done;
-                Some(Ok(self.chunks.usage_only(self.usage())))
+                Some(Ok(Bytes::from(self.writer.usage_event(self.usage()))))
             }
             Phase::Done => {
                 self.phase = Phase::End;
@@ -316,7 +324,13 @@ async fn whole_answer(mut answer: Answer) -> Response {
     answer.state.timer.sleep_until(answer.deadline + rest).await;
     answer.sent = answer.total;
     answer.events = 1;
-    let body = answer.chunks.whole(answer.total, answer.usage());
+    write_tokens(&mut answer.text, answer.total);
+    let usage = answer.usage();
+    let body = Bytes::from(
+        answer
+            .writer
+            .whole_body(&answer.text, FinishReason::Length, usage),
+    );
     answer.stamp();
     let body = if answer.cut_after.is_some() {
         answer.state.counters.cut.fetch_add(1, Ordering::Relaxed);
@@ -355,135 +369,11 @@ fn millis(ms: f64) -> Duration {
     Duration::try_from_secs_f64(ms / 1_000.0).unwrap_or(Duration::ZERO)
 }
 
-/// Serializes one answer's chunks in its endpoint's shape. The chunk is
-/// built once per answer and only its text, `finish_reason` and `usage`
-/// change per event, so an event costs one allocation: its bytes.
-enum Chunks {
-    Completion(CompletionChunk),
-    Chat(ChatCompletionChunk),
-}
-
-impl Chunks {
-    fn new(ask: &Ask, number: u64) -> Self {
-        let created = unix_now();
-        let model = ask.model.clone();
-        if ask.chat {
-            Chunks::Chat(ChatCompletionChunk {
-                id: format!("chatcmpl-mock-{number}"),
-                object: isobench_api::chat::CHAT_CHUNK_OBJECT.to_owned(),
-                created,
-                model,
-                choices: vec![ChatChunkChoice {
-                    index: 0,
-                    delta: ChatDelta::default(),
-                    finish_reason: None,
-                }],
-                usage: None,
-            })
-        } else {
-            Chunks::Completion(CompletionChunk {
-                id: format!("cmpl-mock-{number}"),
-                object: isobench_api::completions::COMPLETION_OBJECT.to_owned(),
-                created,
-                model,
-                choices: vec![CompletionChoice {
-                    index: 0,
-                    text: String::new(),
-                    finish_reason: None,
-                    logprobs: None,
-                }],
-                usage: None,
-            })
-        }
-    }
-
-    /// A content event of `tokens` tokens (the first one names the role).
-    fn content(
-        &mut self,
-        tokens: u32,
-        first: bool,
-        finish: Option<FinishReason>,
-        usage: Option<Usage>,
-    ) -> Bytes {
-        match self {
-            Chunks::Completion(chunk) => {
-                if let Some(choice) = chunk.choices.first_mut() {
-                    write_tokens(&mut choice.text, tokens);
-                    choice.finish_reason = finish;
-                }
-                chunk.usage = usage;
-            }
-            Chunks::Chat(chunk) => {
-                if let Some(choice) = chunk.choices.first_mut() {
-                    let delta = &mut choice.delta;
-                    write_tokens(delta.content.get_or_insert_default(), tokens);
-                    delta.role = first.then(|| "assistant".to_owned());
-                    choice.finish_reason = finish;
-                }
-                chunk.usage = usage;
-            }
-        }
-        self.event()
-    }
-
-    /// The chunk after the last content: `usage`, no choices.
-    fn usage_only(&mut self, usage: Usage) -> Bytes {
-        match self {
-            Chunks::Completion(chunk) => {
-                chunk.choices.clear();
-                chunk.usage = Some(usage);
-            }
-            Chunks::Chat(chunk) => {
-                chunk.choices.clear();
-                chunk.usage = Some(usage);
-            }
-        }
-        self.event()
-    }
-
-    /// The current chunk as one SSE event.
-    fn event(&self) -> Bytes {
-        let mut out = Vec::with_capacity(320);
-        out.extend_from_slice(b"data: ");
-        // Wire types of strings and numbers always serialize.
-        let _ = match self {
-            Chunks::Completion(chunk) => serde_json::to_writer(&mut out, chunk),
-            Chunks::Chat(chunk) => serde_json::to_writer(&mut out, chunk),
-        };
-        out.extend_from_slice(b"\n\n");
-        Bytes::from(out)
-    }
-
-    /// The whole (non-streamed) answer of `tokens` tokens.
-    fn whole(&self, tokens: u32, usage: Usage) -> Bytes {
-        let mut text = String::new();
-        write_tokens(&mut text, tokens);
-        let finish_reason = Some(FinishReason::Length);
-        let json = match self {
-            Chunks::Chat(chunk) => serde_json::to_vec(&ChatCompletionResponse {
-                id: chunk.id.clone(),
-                object: isobench_api::chat::CHAT_OBJECT.to_owned(),
-                created: chunk.created,
-                model: chunk.model.clone(),
-                choices: vec![ChatChoice {
-                    index: 0,
-                    message: ChatMessage::new("assistant", text),
-                    finish_reason,
-                }],
-                usage: Some(usage),
-            }),
-            Chunks::Completion(chunk) => serde_json::to_vec(&CompletionChunk {
-                choices: vec![CompletionChoice {
-                    index: 0,
-                    text,
-                    finish_reason,
-                    logprobs: None,
-                }],
-                usage: Some(usage),
-                ..chunk.clone()
-            }),
-        };
-        Bytes::from(json.unwrap_or_default())
+fn endpoint(ask: &Ask) -> Endpoint {
+    if ask.chat {
+        Endpoint::Chat
+    } else {
+        Endpoint::Completions
     }
 }
 

@@ -13,31 +13,19 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use axum::Json;
 use axum::body::Body;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use isobench_api::chat::{CHAT_CHUNK_OBJECT, CHAT_OBJECT};
-use isobench_api::completions::COMPLETION_OBJECT;
-use isobench_api::{
-    ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse, ChatDelta,
-    ChatMessage, CompletionChoice, CompletionResponse, FinishReason, Usage, sse, unix_now,
-};
-use serde::Serialize;
+pub use isobench_api::answer::Endpoint;
+use isobench_api::answer::{AnswerWriter, Delta};
+use isobench_api::{Usage, sse};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::engine::Event;
 use crate::error::ServerError;
 use crate::http::AppState;
 use crate::validate::ValidRequest;
-
-/// Which API shape to answer in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    Completions,
-    Chat,
-}
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -55,29 +43,13 @@ pub async fn generate(
         prompt_tokens: request.prompt_tokens.len() as u32,
     };
     let events = state.engine.submit(request, arrived)?;
-    let meta = Meta {
-        id: match endpoint {
-            Endpoint::Completions => format!("cmpl-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed)),
-            Endpoint::Chat => format!("chatcmpl-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed)),
-        },
-        created: unix_now(),
-        model: state.model_card.id.clone(),
-        endpoint,
-    };
+    let number = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let writer = AnswerWriter::new(endpoint, "", number, state.model_card.id.clone());
     if stream {
-        Ok(streaming(meta, usage_options, events))
+        Ok(streaming(writer, usage_options, events))
     } else {
-        whole(meta, events).await
+        whole(writer, events).await
     }
-}
-
-/// The parts of every response that do not change between chunks.
-#[derive(Debug)]
-struct Meta {
-    id: String,
-    created: u64,
-    model: String,
-    endpoint: Endpoint,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -87,13 +59,17 @@ struct UsageOptions {
     prompt_tokens: u32,
 }
 
-async fn whole(meta: Meta, mut events: UnboundedReceiver<Event>) -> Result<Response, ServerError> {
+async fn whole(
+    writer: AnswerWriter,
+    mut events: UnboundedReceiver<Event>,
+) -> Result<Response, ServerError> {
     let mut text = String::new();
     while let Some(event) = events.recv().await {
         match event {
             Event::Text { text: piece, .. } => text.push_str(&piece),
             Event::Finished { reason, usage } => {
-                return Ok(meta.whole_response(text, reason, usage));
+                let body = writer.whole_body(&text, reason, usage);
+                return Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response());
             }
             Event::Failed { message } => return Err(ServerError::Generation(message)),
         }
@@ -101,21 +77,23 @@ async fn whole(meta: Meta, mut events: UnboundedReceiver<Event>) -> Result<Respo
     Err(ServerError::EngineStopped)
 }
 
-fn streaming(meta: Meta, usage: UsageOptions, events: UnboundedReceiver<Event>) -> Response {
-    let opening = match meta.endpoint {
-        Endpoint::Chat => Some(meta.chat_chunk(
-            ChatDelta {
-                role: Some("assistant".into()),
-                content: Some(String::new()),
-            },
-            None,
-            usage.continuous.then(|| Usage::new(usage.prompt_tokens, 0)),
-        )),
+fn streaming(
+    writer: AnswerWriter,
+    usage: UsageOptions,
+    events: UnboundedReceiver<Event>,
+) -> Response {
+    let opening = match writer.endpoint() {
+        Endpoint::Chat => Some(Bytes::from(writer.chunk_event(Delta {
+            role: Some("assistant"),
+            text: Some(""),
+            finish_reason: None,
+            usage: usage.continuous.then(|| Usage::new(usage.prompt_tokens, 0)),
+        }))),
         Endpoint::Completions => None,
     };
     let chunks = ChunkStream {
         events,
-        meta,
+        writer,
         usage,
         opening,
         done: false,
@@ -139,7 +117,7 @@ fn streaming(meta: Meta, usage: UsageOptions, events: UnboundedReceiver<Event>) 
 /// frame them.
 struct ChunkStream {
     events: UnboundedReceiver<Event>,
-    meta: Meta,
+    writer: AnswerWriter,
     usage: UsageOptions,
     /// The chat stream's role chunk, sent first.
     opening: Option<Bytes>,
@@ -164,15 +142,21 @@ impl ChunkStream {
                     .usage
                     .continuous
                     .then(|| Usage::new(self.usage.prompt_tokens, completion_tokens));
-                Bytes::from(self.meta.text_chunk(text, usage))
+                Bytes::from(self.writer.chunk_event(Delta {
+                    text: Some(&text),
+                    usage,
+                    ..Delta::default()
+                }))
             }
             Some(Event::Finished { reason, usage }) => {
                 self.done = true;
-                let mut out = self
-                    .meta
-                    .finish_chunk(reason, self.usage.continuous.then_some(usage));
+                let mut out = self.writer.chunk_event(Delta {
+                    finish_reason: Some(reason),
+                    usage: self.usage.continuous.then_some(usage),
+                    ..Delta::default()
+                });
                 if self.usage.include {
-                    out.extend_from_slice(&self.meta.usage_chunk(usage));
+                    out.extend_from_slice(&self.writer.usage_event(usage));
                 }
                 out.extend_from_slice(sse::encode_data("[DONE]").as_bytes());
                 Bytes::from(out)
@@ -191,134 +175,9 @@ impl ChunkStream {
 }
 
 fn error_event(error: ServerError) -> Bytes {
-    let mut out = sse_json(&error.to_body());
-    out.extend_from_slice(sse::encode_data("[DONE]").as_bytes());
+    // An error body of strings always serializes.
+    let json = serde_json::to_string(&error.to_body()).unwrap_or_default();
+    let mut out = sse::encode_data(&json);
+    out.push_str(&sse::encode_data("[DONE]"));
     Bytes::from(out)
-}
-
-fn sse_json(payload: &impl Serialize) -> Vec<u8> {
-    let json = serde_json::to_string(payload).unwrap_or_default();
-    sse::encode_data(&json).into_bytes()
-}
-
-impl Meta {
-    fn whole_response(&self, text: String, reason: FinishReason, usage: Usage) -> Response {
-        match self.endpoint {
-            Endpoint::Completions => Json(CompletionResponse {
-                id: self.id.clone(),
-                object: COMPLETION_OBJECT.into(),
-                created: self.created,
-                model: self.model.clone(),
-                choices: vec![CompletionChoice {
-                    index: 0,
-                    text,
-                    finish_reason: Some(reason),
-                    logprobs: None,
-                }],
-                usage: Some(usage),
-            })
-            .into_response(),
-            Endpoint::Chat => Json(ChatCompletionResponse {
-                id: self.id.clone(),
-                object: CHAT_OBJECT.into(),
-                created: self.created,
-                model: self.model.clone(),
-                choices: vec![ChatChoice {
-                    index: 0,
-                    message: ChatMessage::new("assistant", text),
-                    finish_reason: Some(reason),
-                }],
-                usage: Some(usage),
-            })
-            .into_response(),
-        }
-    }
-
-    fn completion_chunk(
-        &self,
-        text: String,
-        reason: Option<FinishReason>,
-        usage: Option<Usage>,
-    ) -> Vec<u8> {
-        sse_json(&CompletionResponse {
-            id: self.id.clone(),
-            object: COMPLETION_OBJECT.into(),
-            created: self.created,
-            model: self.model.clone(),
-            choices: vec![CompletionChoice {
-                index: 0,
-                text,
-                finish_reason: reason,
-                logprobs: None,
-            }],
-            usage,
-        })
-    }
-
-    fn chat_chunk(
-        &self,
-        delta: ChatDelta,
-        reason: Option<FinishReason>,
-        usage: Option<Usage>,
-    ) -> Bytes {
-        Bytes::from(sse_json(&ChatCompletionChunk {
-            id: self.id.clone(),
-            object: CHAT_CHUNK_OBJECT.into(),
-            created: self.created,
-            model: self.model.clone(),
-            choices: vec![ChatChunkChoice {
-                index: 0,
-                delta,
-                finish_reason: reason,
-            }],
-            usage,
-        }))
-    }
-
-    fn text_chunk(&self, text: String, usage: Option<Usage>) -> Vec<u8> {
-        match self.endpoint {
-            Endpoint::Completions => self.completion_chunk(text, None, usage),
-            Endpoint::Chat => self
-                .chat_chunk(
-                    ChatDelta {
-                        role: None,
-                        content: Some(text),
-                    },
-                    None,
-                    usage,
-                )
-                .into(),
-        }
-    }
-
-    fn finish_chunk(&self, reason: FinishReason, usage: Option<Usage>) -> Vec<u8> {
-        match self.endpoint {
-            Endpoint::Completions => self.completion_chunk(String::new(), Some(reason), usage),
-            Endpoint::Chat => self
-                .chat_chunk(ChatDelta::default(), Some(reason), usage)
-                .into(),
-        }
-    }
-
-    /// The final chunk of `include_usage`: no choices, the whole request's usage.
-    fn usage_chunk(&self, usage: Usage) -> Vec<u8> {
-        match self.endpoint {
-            Endpoint::Completions => sse_json(&CompletionResponse {
-                id: self.id.clone(),
-                object: COMPLETION_OBJECT.into(),
-                created: self.created,
-                model: self.model.clone(),
-                choices: Vec::new(),
-                usage: Some(usage),
-            }),
-            Endpoint::Chat => sse_json(&ChatCompletionChunk {
-                id: self.id.clone(),
-                object: CHAT_CHUNK_OBJECT.into(),
-                created: self.created,
-                model: self.model.clone(),
-                choices: Vec::new(),
-                usage: Some(usage),
-            }),
-        }
-    }
 }
