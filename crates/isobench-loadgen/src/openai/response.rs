@@ -225,8 +225,10 @@ fn on_event(
 fn finish_tokens(backend: &HttpBackend, state: &StreamState, record: &mut RequestRecord) {
     let usage_per_event =
         state.usage_per_event && record.event_tokens.len() == record.content_event_ns.len();
+    // Tokenize only when the server's usage leaves something unknown.
+    let needs_tokenizer = !usage_per_event || state.usage.is_none();
     let token_ends = match (backend.token_counter(), state.text.as_deref()) {
-        (Some(counter), Some(text)) => Some(counter.token_ends(text)),
+        (Some(counter), Some(text)) if needs_tokenizer => Some(counter.token_ends(text)),
         _ => None,
     };
     if !usage_per_event {
