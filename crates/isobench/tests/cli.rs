@@ -347,3 +347,62 @@ max_requests = 300
     );
     mock.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_tells_a_real_ttft_regression_from_noise() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(
+        dir.path(),
+        &SMALL.replace("max_requests = 6", "max_requests = 40"),
+    );
+    let mut reports = Vec::new();
+    for (name, ttft) in [("fast", "fixed:10"), ("slow", "fixed:40")] {
+        let config = MockConfig {
+            ttft: ttft.parse().unwrap(),
+            ..MockConfig::default()
+        };
+        let mock = MockServer::start(config, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let path = dir.path().join(format!("{name}.json"));
+        let output = isobench()
+            .args([
+                "run",
+                workload.to_str().unwrap(),
+                "--quiet",
+                "--target",
+                &mock.url(),
+            ])
+            .args(["-o", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        reports.push(path);
+        mock.shutdown().await;
+    }
+    let compare = |base: &Path, new: &Path| {
+        let output = isobench()
+            .arg("compare")
+            .args([base, new])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let row = |text: &str, figure: &str| {
+        text.lines()
+            .find(|line| line.starts_with(figure))
+            .unwrap_or_else(|| panic!("no {figure} row in\n{text}"))
+            .to_owned()
+    };
+    let slower = compare(&reports[0], &reports[1]);
+    assert!(
+        row(&slower, "p50 ttft ms").contains("higher: a real regression"),
+        "{slower}"
+    );
+    let same = compare(&reports[0], &reports[0]);
+    assert!(
+        row(&same, "p50 ttft ms").contains("no significant difference"),
+        "{same}"
+    );
+}
