@@ -1,57 +1,15 @@
-//! Paged attention on the CPU: two candle custom ops over the KV cache.
-//!
-//! - [`write_kv`] copies a step's new keys (or values) into their cache
-//!   slots, in place.
-//! - [`paged_attention`] computes, for every new token and query head,
-//!   softmax(q·K / sqrt(d))·V over the token's visible context, reading K
-//!   and V through the sequence's block table. A sequence's new tokens sit
-//!   at the end of its context, so new token `j` of `n` in a context of `L`
-//!   sees context positions `0 ..= L - n + j` (causal within a prefill
-//!   chunk, everything before it otherwise). Query heads share KV heads in
-//!   groups (GQA): head `h` reads KV head `h / (num_heads / num_kv_heads)`.
-//!
-//! The kernel is plain slice code, parallel over tokens (rayon), with f32
-//! accumulation for f32, f16 and bf16 caches; work per token is
+//! The CPU kernels: plain slice code, parallel over tokens (rayon), with
+//! f32 accumulation for f32, f16 and bf16 caches; work per token is
 //! proportional to its context, and the cache is read in slot order. On
 //! x86-64 CPUs with AVX2 the same code runs compiled for AVX2 (picked at
-//! run time; the portable build targets SSE2). The step's metadata (block tables, context
-//! lengths, query starts) is read from tensors, never from host values, so
-//! a CUDA implementation of the same ops can be captured in a graph.
-//! Without one, both ops fail on a GPU with "no cuda implementation".
+//! run time; the portable build targets SSE2).
 
 use candle_core::backend::BackendStorage;
-use candle_core::{
-    CpuStorage, CustomOp3, InplaceOp3, Layout, Result, Shape, Storage, Tensor, bail,
-};
+use candle_core::{CpuStorage, Layout, Result, Shape, Storage, bail};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::step::StepTensors;
-
-/// Writes `new` ([T, num_kv_heads, head_dim], any leading 1s allowed) into
-/// `cache` ([num_blocks, block_size, num_kv_heads, head_dim]) at the slots
-/// of `slot_mapping` ([T], u32).
-pub(crate) fn write_kv(cache: &Tensor, new: &Tensor, slot_mapping: &Tensor) -> Result<()> {
-    cache.inplace_op3(new, slot_mapping, &WriteKv)
-}
-
-/// Attention of `q` ([1, T, num_heads, head_dim]) over the paged cache;
-/// returns [T, num_heads * head_dim].
-pub(crate) fn paged_attention(
-    q: &Tensor,
-    key_cache: &Tensor,
-    value_cache: &Tensor,
-    step: &StepTensors,
-    num_heads: usize,
-) -> Result<Tensor> {
-    let op = PagedAttention {
-        block_tables: step.block_tables.clone(),
-        context_lens: step.context_lens.clone(),
-        query_starts: step.query_starts.clone(),
-        num_heads,
-    };
-    q.apply_op3_no_bwd(key_cache, value_cache, &op)
-}
+use super::{Metadata, PADDING_SLOT};
 
 /// Element types the cache can hold; arithmetic is done in f32.
 trait CacheElem: Copy + Send + Sync + 'static {
@@ -100,43 +58,32 @@ fn contiguous<'a, T>(data: &'a [T], layout: &Layout, what: &str) -> Result<&'a [
     }
 }
 
-struct WriteKv;
-
-impl InplaceOp3 for WriteKv {
-    fn name(&self) -> &'static str {
-        "paged-write-kv"
-    }
-
-    fn cpu_fwd(
-        &self,
-        cache: &mut CpuStorage,
-        cache_layout: &Layout,
-        new: &CpuStorage,
-        new_layout: &Layout,
-        slots: &CpuStorage,
-        slots_layout: &Layout,
-    ) -> Result<()> {
-        let slots = contiguous(slots.as_slice::<u32>()?, slots_layout, "slot_mapping")?;
-        let row = match cache_layout.dims() {
-            [_, _, kv_heads, head_dim] => kv_heads * head_dim,
-            dims => bail!("paged attention: cache must be 4-dimensional, not {dims:?}"),
-        };
-        match (cache, new) {
-            (CpuStorage::F32(cache), CpuStorage::F32(new)) => {
-                write_rows(cache, cache_layout, new, new_layout, slots, row)
-            }
-            (CpuStorage::F16(cache), CpuStorage::F16(new)) => {
-                write_rows(cache, cache_layout, new, new_layout, slots, row)
-            }
-            (CpuStorage::BF16(cache), CpuStorage::BF16(new)) => {
-                write_rows(cache, cache_layout, new, new_layout, slots, row)
-            }
-            (cache, new) => bail!(
-                "paged attention: cache ({:?}) and new entries ({:?}) must have one float dtype",
-                cache.dtype(),
-                new.dtype()
-            ),
+/// The CPU side of `WriteKv`.
+pub(super) fn write_kv(
+    (cache, cache_layout): (&mut CpuStorage, &Layout),
+    (new, new_layout): (&CpuStorage, &Layout),
+    (slots, slots_layout): (&CpuStorage, &Layout),
+) -> Result<()> {
+    let slots = contiguous(slots.as_slice::<u32>()?, slots_layout, "slot_mapping")?;
+    let row = match cache_layout.dims() {
+        [_, _, kv_heads, head_dim] => kv_heads * head_dim,
+        dims => bail!("paged attention: cache must be 4-dimensional, not {dims:?}"),
+    };
+    match (cache, new) {
+        (CpuStorage::F32(cache), CpuStorage::F32(new)) => {
+            write_rows(cache, cache_layout, new, new_layout, slots, row)
         }
+        (CpuStorage::F16(cache), CpuStorage::F16(new)) => {
+            write_rows(cache, cache_layout, new, new_layout, slots, row)
+        }
+        (CpuStorage::BF16(cache), CpuStorage::BF16(new)) => {
+            write_rows(cache, cache_layout, new, new_layout, slots, row)
+        }
+        (cache, new) => bail!(
+            "paged attention: cache ({:?}) and new entries ({:?}) must have one float dtype",
+            cache.dtype(),
+            new.dtype()
+        ),
     }
 }
 
@@ -162,6 +109,9 @@ fn write_rows<E: Copy>(
         );
     }
     for (&slot, entry) in slots.iter().zip(new.chunks_exact(row)) {
+        if slot == PADDING_SLOT {
+            continue;
+        }
         let offset = slot as usize * row;
         match cache.get_mut(offset..offset + row) {
             Some(target) => target.copy_from_slice(entry),
@@ -169,13 +119,6 @@ fn write_rows<E: Copy>(
         }
     }
     Ok(())
-}
-
-struct PagedAttention {
-    block_tables: Tensor,
-    context_lens: Tensor,
-    query_starts: Tensor,
-    num_heads: usize,
 }
 
 /// The step's metadata as slices, and the shapes the kernel needs.
@@ -190,93 +133,87 @@ struct Geometry<'a> {
     block_size: usize,
 }
 
-impl CustomOp3 for PagedAttention {
-    fn name(&self) -> &'static str {
-        "paged-attention"
+/// The CPU side of `PagedAttention`: checks the step, then runs the
+/// kernel for the storage's dtype.
+pub(super) fn attend(
+    metadata: &Metadata,
+    num_heads: usize,
+    (q, q_layout): (&CpuStorage, &Layout),
+    (keys, keys_layout): (&CpuStorage, &Layout),
+    (values, values_layout): (&CpuStorage, &Layout),
+) -> Result<(CpuStorage, Shape)> {
+    let (tables_storage, tables_layout) = metadata.block_tables.storage_and_layout();
+    let (lens_storage, lens_layout) = metadata.context_lens.storage_and_layout();
+    let (starts_storage, starts_layout) = metadata.query_starts.storage_and_layout();
+    let (Storage::Cpu(tables), Storage::Cpu(lens), Storage::Cpu(starts)) =
+        (&*tables_storage, &*lens_storage, &*starts_storage)
+    else {
+        bail!("paged attention: step metadata must be on the CPU with the cache")
+    };
+    let (block_size, num_kv_heads, head_dim) = match keys_layout.dims() {
+        [_, block_size, kv_heads, head_dim] => (*block_size, *kv_heads, *head_dim),
+        dims => bail!("paged attention: cache must be 4-dimensional, not {dims:?}"),
+    };
+    let tokens = q_layout.shape().elem_count() / (num_heads * head_dim);
+    let geometry = Geometry {
+        block_tables: contiguous(tables.as_slice::<u32>()?, tables_layout, "block_tables")?,
+        table_width: tables_layout.dims()[1],
+        context_lens: contiguous(lens.as_slice::<u32>()?, lens_layout, "context_lens")?,
+        query_starts: contiguous(starts.as_slice::<u32>()?, starts_layout, "query_starts")?,
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        block_size,
+    };
+    if q_layout.shape().elem_count() != tokens * num_heads * head_dim
+        || geometry.query_starts.last().copied() != Some(tokens as u32)
+    {
+        bail!(
+            "paged attention: queries {:?} do not match {} heads of {head_dim} and the step's {} tokens",
+            q_layout.dims(),
+            num_heads,
+            geometry.query_starts.last().copied().unwrap_or(0)
+        );
     }
-
-    fn cpu_fwd(
-        &self,
-        q: &CpuStorage,
-        q_layout: &Layout,
-        keys: &CpuStorage,
-        keys_layout: &Layout,
-        values: &CpuStorage,
-        values_layout: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (tables_storage, tables_layout) = self.block_tables.storage_and_layout();
-        let (lens_storage, lens_layout) = self.context_lens.storage_and_layout();
-        let (starts_storage, starts_layout) = self.query_starts.storage_and_layout();
-        let (Storage::Cpu(tables), Storage::Cpu(lens), Storage::Cpu(starts)) =
-            (&*tables_storage, &*lens_storage, &*starts_storage)
-        else {
-            bail!("paged attention: step metadata must be on the CPU with the cache")
-        };
-        let (block_size, num_kv_heads, head_dim) = match keys_layout.dims() {
-            [_, block_size, kv_heads, head_dim] => (*block_size, *kv_heads, *head_dim),
-            dims => bail!("paged attention: cache must be 4-dimensional, not {dims:?}"),
-        };
-        let tokens = q_layout.shape().elem_count() / (self.num_heads * head_dim);
-        let geometry = Geometry {
-            block_tables: contiguous(tables.as_slice::<u32>()?, tables_layout, "block_tables")?,
-            table_width: tables_layout.dims()[1],
-            context_lens: contiguous(lens.as_slice::<u32>()?, lens_layout, "context_lens")?,
-            query_starts: contiguous(starts.as_slice::<u32>()?, starts_layout, "query_starts")?,
-            num_heads: self.num_heads,
-            num_kv_heads,
-            head_dim,
-            block_size,
-        };
-        if q_layout.shape().elem_count() != tokens * self.num_heads * head_dim
-            || geometry.query_starts.last().copied() != Some(tokens as u32)
-        {
-            bail!(
-                "paged attention: queries {:?} do not match {} heads of {head_dim} and the step's {} tokens",
-                q_layout.dims(),
-                self.num_heads,
-                geometry.query_starts.last().copied().unwrap_or(0)
-            );
-        }
-        if num_kv_heads == 0 || !self.num_heads.is_multiple_of(num_kv_heads) {
-            bail!(
-                "paged attention: {} heads do not group over {num_kv_heads} KV heads",
-                self.num_heads
-            );
-        }
-        let shape = Shape::from((tokens, self.num_heads * head_dim));
-        let storage = match (q, keys, values) {
-            (CpuStorage::F32(q), CpuStorage::F32(k), CpuStorage::F32(v)) => {
-                CpuStorage::F32(attend(
-                    &geometry,
-                    (q, q_layout),
-                    (k, keys_layout),
-                    (v, values_layout),
-                )?)
-            }
-            (CpuStorage::F16(q), CpuStorage::F16(k), CpuStorage::F16(v)) => {
-                CpuStorage::F16(attend(
-                    &geometry,
-                    (q, q_layout),
-                    (k, keys_layout),
-                    (v, values_layout),
-                )?)
-            }
-            (CpuStorage::BF16(q), CpuStorage::BF16(k), CpuStorage::BF16(v)) => {
-                CpuStorage::BF16(attend(
-                    &geometry,
-                    (q, q_layout),
-                    (k, keys_layout),
-                    (v, values_layout),
-                )?)
-            }
-            (q, k, _) => bail!(
-                "paged attention: queries ({:?}) and cache ({:?}) must have one float dtype",
-                q.dtype(),
-                k.dtype()
-            ),
-        };
-        Ok((storage, shape))
+    if num_kv_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
+        bail!(
+            "paged attention: {} heads do not group over {num_kv_heads} KV heads",
+            num_heads
+        );
     }
+    let shape = Shape::from((tokens, num_heads * head_dim));
+    let storage = match (q, keys, values) {
+        (CpuStorage::F32(q), CpuStorage::F32(k), CpuStorage::F32(v)) => {
+            CpuStorage::F32(attend_all(
+                &geometry,
+                (q, q_layout),
+                (k, keys_layout),
+                (v, values_layout),
+            )?)
+        }
+        (CpuStorage::F16(q), CpuStorage::F16(k), CpuStorage::F16(v)) => {
+            CpuStorage::F16(attend_all(
+                &geometry,
+                (q, q_layout),
+                (k, keys_layout),
+                (v, values_layout),
+            )?)
+        }
+        (CpuStorage::BF16(q), CpuStorage::BF16(k), CpuStorage::BF16(v)) => {
+            CpuStorage::BF16(attend_all(
+                &geometry,
+                (q, q_layout),
+                (k, keys_layout),
+                (v, values_layout),
+            )?)
+        }
+        (q, k, _) => bail!(
+            "paged attention: queries ({:?}) and cache ({:?}) must have one float dtype",
+            q.dtype(),
+            k.dtype()
+        ),
+    };
+    Ok((storage, shape))
 }
 
 impl Geometry<'_> {
@@ -325,7 +262,7 @@ struct Scratch {
     inverse_sums: Vec<f32>,
 }
 
-fn attend<E: CacheElem>(
+fn attend_all<E: CacheElem>(
     g: &Geometry<'_>,
     (q, q_layout): (&[E], &Layout),
     (keys, keys_layout): (&[E], &Layout),
