@@ -66,6 +66,16 @@ pub enum ModelError {
     #[error("KV cache does not fit the model: {0}")]
     CacheMismatch(String),
 
+    /// A device that cannot be opened; the message is one complete line.
+    #[error("{0}")]
+    Device(String),
+
+    #[error("invalid model options: {0}")]
+    InvalidOptions(String),
+
+    #[error("CUDA: {0}")]
+    Cuda(String),
+
     #[error("tensor computation failed: {0}")]
     Tensor(#[from] candle_core::Error),
 }
@@ -87,6 +97,9 @@ impl ModelError {
             ModelError::InvalidBatch(_) => "invalid_batch",
             ModelError::UnsupportedDtype(_) => "unsupported_dtype",
             ModelError::CacheMismatch(_) => "cache_mismatch",
+            ModelError::Device(_) => "device",
+            ModelError::InvalidOptions(_) => "invalid_options",
+            ModelError::Cuda(_) => "cuda",
             ModelError::Tensor(_) => "tensor",
         }
     }

@@ -26,36 +26,56 @@
 //! # Ok(()) }
 //! ```
 //!
+//! On a GPU, open the device with [`parse_device`] and load with
+//! [`load_model_with`]: decode steps then replay CUDA graphs captured per
+//! batch-size bucket ([`ModelOptions`]), and [`CausalLm::last_step`] says
+//! whether they did and how long the step took on the device.
+//!
 //! Inside: `config` parses config.json, `folder` finds the files,
 //! `weights` and `seeded` provide tensors (memory-mapped safetensors or
 //! deterministic random ones), `llama` is the network, `rope` its rotary
 //! embeddings, `paged_attention` its CPU kernels, `cache` the KV storage,
-//! `step` turns a [`StepBatch`] into tensors, `tokenizer` and `incremental`
-//! handle text. docs/models.md is the user-facing description.
+//! `step` turns a [`StepBatch`] into tensors, `graph` captures and
+//! replays decode steps (CUDA builds), `timer` times steps with CUDA
+//! events, `device` opens devices, `tokenizer` and `incremental` handle
+//! text. docs/models.md is the user-facing description.
 
 mod batch;
 mod cache;
 mod config;
+mod device;
 mod error;
 mod folder;
+#[cfg(feature = "cuda")]
+mod graph;
 mod incremental;
 mod llama;
+mod options;
 mod paged_attention;
 mod rope;
 mod seeded;
 mod step;
+mod timer;
 mod tokenizer;
 mod weights;
 
 pub use batch::{SeqStep, StepBatch};
 pub use cache::KvCache;
 pub use config::{Architecture, ModelConfig, RopeScaling, WeightSeed};
+pub use device::{DeviceMemory, device_memory, parse_device};
 pub use error::ModelError;
 pub use folder::ModelFolder;
 pub use incremental::IncrementalDecoder;
+pub use options::{DEFAULT_GRAPH_BUCKETS, ModelOptions, StepStats};
 pub use tokenizer::Tokenizer;
 
 pub use candle_core::{DType, Device, Tensor};
+
+/// The paged-attention ops over plain tensors, for examples/gpu_kernels.rs
+/// (CUDA kernels checked against the CPU ones); not an API.
+#[cfg(feature = "cuda")]
+#[doc(hidden)]
+pub use paged_attention::checks as kernels_for_checks;
 
 use weights::Weights;
 
@@ -70,18 +90,39 @@ pub trait CausalLm: Send {
     /// token. An inconsistent batch (see [`StepBatch`]) or a cache made for
     /// another model is an error, never a panic.
     fn forward(&mut self, batch: &StepBatch, cache: &mut KvCache) -> Result<Tensor, ModelError>;
+    /// What the last `forward` did: graph replay, padded batch, and on a
+    /// GPU its device time (reading it waits for the step to finish).
+    fn last_step(&self) -> StepStats;
 }
 
 /// Loads the folder's weights onto `device`, computing in `dtype`; by
 /// default f32 on the CPU (whatever the checkpoint's dtype) and the
-/// checkpoint's `torch_dtype` elsewhere.
+/// checkpoint's `torch_dtype` elsewhere. CUDA graphs on, with the default
+/// buckets (see [`load_model_with`]).
 pub fn load_model(
     folder: &ModelFolder,
     device: &Device,
     dtype: Option<DType>,
 ) -> Result<Box<dyn CausalLm>, ModelError> {
+    let options = ModelOptions {
+        dtype,
+        ..ModelOptions::default()
+    };
+    load_model_with(folder, device, &options)
+}
+
+/// Loads the folder's weights onto `device` as `options` say. On a CUDA
+/// device (open it with [`parse_device`]) with `cuda_graphs` on, a decode
+/// step (every sequence brings one token) of at most the largest bucket's
+/// size replays a CUDA graph captured, on first use, for the smallest
+/// bucket that holds it; other steps run eagerly.
+pub fn load_model_with(
+    folder: &ModelFolder,
+    device: &Device,
+    options: &ModelOptions,
+) -> Result<Box<dyn CausalLm>, ModelError> {
     let config = folder.config();
-    let dtype = dtype.unwrap_or(match device {
+    let dtype = options.dtype.unwrap_or(match device {
         Device::Cpu => DType::F32,
         _ => config.torch_dtype.unwrap_or(DType::F32),
     });
@@ -89,11 +130,12 @@ pub fn load_model(
         return Err(ModelError::UnsupportedDtype(dtype));
     }
     let source = folder.weight_source()?;
-    let model = llama::Llama::new(config, &Weights::new(&source, dtype, device))?;
+    let model = llama::Llama::new(config, &Weights::new(&source, dtype, device), options)?;
     tracing::debug!(
         model = %folder.name(),
         parameters = config.num_parameters(),
         ?dtype,
+        cuda_graphs = options.cuda_graphs && device.is_cuda(),
         "model loaded"
     );
     Ok(Box::new(model))

@@ -20,8 +20,9 @@ use crate::paged_attention::{paged_attention, write_kv};
 use crate::rope::{RotaryEmbedding, rotate};
 use crate::seeded::Init;
 use crate::step::{StepLimits, StepTensors};
+use crate::timer::StepTimer;
 use crate::weights::Weights;
-use crate::{CausalLm, KvCache, ModelConfig, ModelError, StepBatch};
+use crate::{CausalLm, KvCache, ModelConfig, ModelError, ModelOptions, StepBatch, StepStats};
 
 /// A projection `y = x W^T + b` whose `W` ([out, in]) is stored
 /// transposed: `Linear` multiplies by `W^T`, and a contiguous right-hand
@@ -166,20 +167,54 @@ impl DecoderLayer {
     }
 }
 
-/// A Llama-family causal LM; build it with [`crate::load_model`].
-pub(crate) struct Llama {
+/// The network's layers and weights: what a step computes, eagerly or
+/// inside a CUDA-graph capture.
+pub(crate) struct Network {
     embed_tokens: Embedding,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Linear,
     rotary: RotaryEmbedding,
+}
+
+impl Network {
+    /// f32 logits [B, vocab] of each sequence's last new token. Reads the
+    /// step only through its tensors, so it can be captured.
+    pub(crate) fn run(&self, step: &StepTensors, cache: &KvCache) -> Result<Tensor> {
+        let ctx = StepContext {
+            step,
+            angles: self.rotary.angles(&step.positions)?,
+        };
+        let mut xs = self.embed_tokens.forward(&step.input_ids)?;
+        for (index, layer) in self.layers.iter().enumerate() {
+            xs = layer.forward(&xs, &ctx, cache.layer(index))?;
+        }
+        xs.index_select(&step.last_token_rows, 0)?
+            .apply(&self.norm)?
+            .apply(&self.lm_head)?
+            .to_dtype(DType::F32)
+    }
+}
+
+/// A Llama-family causal LM; build it with [`crate::load_model_with`].
+pub(crate) struct Llama {
+    net: Network,
     config: ModelConfig,
     device: Device,
     dtype: DType,
+    timer: Option<StepTimer>,
+    #[cfg(feature = "cuda")]
+    graphs: Option<crate::graph::GraphRunner>,
+    last: StepStats,
 }
 
 impl Llama {
-    pub(crate) fn new(cfg: &ModelConfig, w: &Weights<'_>) -> std::result::Result<Self, ModelError> {
+    pub(crate) fn new(
+        cfg: &ModelConfig,
+        w: &Weights<'_>,
+        options: &ModelOptions,
+    ) -> std::result::Result<Self, ModelError> {
+        let buckets = options.buckets()?;
         let model = w.pp("model");
         let embeddings = model.pp("embed_tokens").get(
             (cfg.vocab_size, cfg.hidden_size),
@@ -194,15 +229,26 @@ impl Llama {
         } else {
             linear(cfg.hidden_size, cfg.vocab_size, false, &w.pp("lm_head"))?
         };
-        Ok(Self {
+        let net = Network {
             embed_tokens: Embedding::new(embeddings, cfg.hidden_size),
             layers,
             norm: rms_norm(cfg.hidden_size, cfg.rms_norm_eps, &model.pp("norm"))?,
             lm_head,
             rotary: RotaryEmbedding::new(cfg, w.dtype(), w.device())?,
+        };
+        let device = w.device().clone();
+        #[cfg(not(feature = "cuda"))]
+        let _ = buckets;
+        Ok(Self {
+            net,
             config: cfg.clone(),
-            device: w.device().clone(),
+            timer: StepTimer::for_device(&device)?,
+            #[cfg(feature = "cuda")]
+            graphs: (options.cuda_graphs && device.is_cuda())
+                .then(|| crate::graph::GraphRunner::new(buckets, cfg.vocab_size)),
+            device,
             dtype: w.dtype(),
+            last: StepStats::default(),
         })
     }
 
@@ -229,19 +275,28 @@ impl Llama {
         Ok(())
     }
 
-    fn run(&self, step: &StepTensors, cache: &KvCache) -> Result<Tensor> {
-        let ctx = StepContext {
-            step,
-            angles: self.rotary.angles(&step.positions)?,
-        };
-        let mut xs = self.embed_tokens.forward(&step.input_ids)?;
-        for (index, layer) in self.layers.iter().enumerate() {
-            xs = layer.forward(&xs, &ctx, cache.layer(index))?;
+    /// Runs the step, from a graph when one fits; returns the logits and
+    /// the rows run and whether a graph replayed them.
+    fn step(
+        &mut self,
+        batch: &StepBatch,
+        limits: StepLimits,
+        cache: &KvCache,
+    ) -> std::result::Result<(Tensor, usize, bool), ModelError> {
+        #[cfg(feature = "cuda")]
+        if let Some(graphs) = self.graphs.as_mut() {
+            crate::step::validate(batch, limits)?;
+            if let Some((logits, bucket)) = graphs.run(&self.net, batch, limits, cache)? {
+                return Ok((logits, bucket, true));
+            }
         }
-        xs.index_select(&step.last_token_rows, 0)?
-            .apply(&self.norm)?
-            .apply(&self.lm_head)?
-            .to_dtype(DType::F32)
+        let step = StepTensors::new(batch, limits, &self.device)?;
+        // On the CPU this runs the step inside candle's own thread pool, so
+        // the many short parallel sections of a step (every matmul, the
+        // attention kernel) start on warm workers instead of waking them
+        // from this thread each time.
+        let logits = self.device.with_context(|| self.net.run(&step, cache))?;
+        Ok((logits, batch.seqs.len(), false))
     }
 }
 
@@ -271,12 +326,26 @@ impl CausalLm for Llama {
             block_size: cache.block_size(),
             table_width: cache.max_blocks_per_seq(),
         };
-        let step = StepTensors::new(batch, limits, &self.device)?;
-        // On the CPU this runs the step inside candle's own thread pool, so
-        // the many short parallel sections of a step (every matmul, the
-        // attention kernel) start on warm workers instead of waking them
-        // from this thread each time.
-        let cache = &*cache;
-        Ok(self.device.with_context(|| self.run(&step, cache))?)
+        self.last = StepStats::default();
+        if let Some(timer) = self.timer.as_mut() {
+            timer.start()?;
+        }
+        let (logits, padded_batch, graph_replayed) = self.step(batch, limits, cache)?;
+        if let Some(timer) = self.timer.as_mut() {
+            timer.stop()?;
+        }
+        self.last = StepStats {
+            graph_replayed,
+            padded_batch,
+            device_time: None,
+        };
+        Ok(logits)
+    }
+
+    fn last_step(&self) -> StepStats {
+        StepStats {
+            device_time: self.timer.as_ref().and_then(StepTimer::elapsed),
+            ..self.last
+        }
     }
 }

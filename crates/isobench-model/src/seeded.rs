@@ -24,6 +24,7 @@
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rayon::prelude::*;
 
 use crate::WeightSeed;
 
@@ -35,32 +36,73 @@ pub(crate) enum Init {
     Zeros,
 }
 
+/// Values per parallel chunk (even, so each chunk starts on a pair).
+const CHUNK: usize = 1 << 16;
+
 /// The values of tensor `name` with `len` elements.
+#[cfg(test)]
 pub(crate) fn generate(seed: WeightSeed, name: &str, len: usize, init: Init) -> Vec<f32> {
-    match init {
-        Init::Ones => vec![1.0; len],
-        Init::Zeros => vec![0.0; len],
-        Init::Normal => normal(seed, name, len),
-    }
+    generate_as(seed, name, len, init, |value| value)
 }
 
-fn normal(seed: WeightSeed, name: &str, len: usize) -> Vec<f32> {
+/// The values of tensor `name` with `len` elements, each rounded to f32
+/// and then converted by `convert` (to the model's dtype). Generated in
+/// parallel chunks of [`CHUNK`] values: each chunk positions its own
+/// ChaCha8 stream at the chunk's first pair, so the values are exactly
+/// those of one serial stream.
+pub(crate) fn generate_as<T, F>(
+    seed: WeightSeed,
+    name: &str,
+    len: usize,
+    init: Init,
+    convert: F,
+) -> Vec<T>
+where
+    T: Copy + Default + Send,
+    F: Fn(f32) -> T + Sync,
+{
+    let mut values = vec![T::default(); len];
+    match init {
+        Init::Ones => values.fill(convert(1.0)),
+        Init::Zeros => values.fill(convert(0.0)),
+        Init::Normal => {
+            let stream = fnv1a(name.as_bytes());
+            values
+                .par_chunks_mut(CHUNK)
+                .enumerate()
+                .for_each(|(index, chunk)| {
+                    fill_normal(seed, stream, index * CHUNK, chunk, &convert);
+                });
+        }
+    }
+    values
+}
+
+/// Fills `out` with the normals from position `first` (even) of the stream.
+fn fill_normal<T>(
+    seed: WeightSeed,
+    stream: u64,
+    first: usize,
+    out: &mut [T],
+    convert: &impl Fn(f32) -> T,
+) {
+    debug_assert!(first.is_multiple_of(2));
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&seed.seed.to_le_bytes());
     let mut rng = ChaCha8Rng::from_seed(key);
-    rng.set_stream(fnv1a(name.as_bytes()));
-    let mut values = Vec::with_capacity(len);
-    while values.len() < len {
+    rng.set_stream(stream);
+    // A pair of values takes two u64 draws, four 32-bit words.
+    rng.set_word_pos(first as u128 * 2);
+    for pair in out.chunks_mut(2) {
         let u1 = unit_interval(rng.next_u64());
         let u2 = unit_interval(rng.next_u64());
         let radius = (-2.0 * (1.0 - u1).ln()).sqrt() * seed.init_std;
         let angle = std::f64::consts::TAU * u2;
-        values.push((radius * angle.cos()) as f32);
-        if values.len() < len {
-            values.push((radius * angle.sin()) as f32);
+        pair[0] = convert((radius * angle.cos()) as f32);
+        if let Some(second) = pair.get_mut(1) {
+            *second = convert((radius * angle.sin()) as f32);
         }
     }
-    values
 }
 
 /// The top 53 bits of `x` as a uniform in [0, 1).
@@ -91,6 +133,44 @@ mod tests {
             values,
             [0.888_969_66, -0.548_278_2, 0.089_758_35, 0.635_907_9]
         );
+    }
+
+    /// The serial generator of the seed convention, one stream start to
+    /// end: what the chunked generation must reproduce exactly.
+    fn serial(seed: WeightSeed, name: &str, len: usize) -> Vec<f32> {
+        let mut key = [0u8; 32];
+        key[..8].copy_from_slice(&seed.seed.to_le_bytes());
+        let mut rng = ChaCha8Rng::from_seed(key);
+        rng.set_stream(fnv1a(name.as_bytes()));
+        let mut values = Vec::with_capacity(len);
+        while values.len() < len {
+            let u1 = unit_interval(rng.next_u64());
+            let u2 = unit_interval(rng.next_u64());
+            let radius = (-2.0 * (1.0 - u1).ln()).sqrt() * seed.init_std;
+            let angle = std::f64::consts::TAU * u2;
+            values.push((radius * angle.cos()) as f32);
+            if values.len() < len {
+                values.push((radius * angle.sin()) as f32);
+            }
+        }
+        values
+    }
+
+    #[test]
+    fn chunked_generation_equals_one_serial_stream() {
+        // Several chunks, the last one partial and odd-length.
+        let len = 3 * CHUNK + 12_345;
+        let chunked = generate(SEED, "model.layers.3.mlp.up_proj.weight", len, Init::Normal);
+        assert_eq!(
+            chunked,
+            serial(SEED, "model.layers.3.mlp.up_proj.weight", len)
+        );
+        let halves = generate_as(SEED, "x.weight", 1001, Init::Normal, half::bf16::from_f32);
+        let reference: Vec<half::bf16> = serial(SEED, "x.weight", 1001)
+            .into_iter()
+            .map(half::bf16::from_f32)
+            .collect();
+        assert_eq!(halves, reference);
     }
 
     #[test]

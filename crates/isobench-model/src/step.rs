@@ -13,6 +13,7 @@
 
 use candle_core::{Device, Tensor};
 
+use crate::paged_attention::PADDING_SLOT;
 use crate::{ModelError, StepBatch};
 
 /// What a step is checked against.
@@ -42,31 +43,96 @@ impl StepTensors {
         device: &Device,
     ) -> Result<Self, ModelError> {
         validate(batch, limits)?;
-        let num_seqs = batch.seqs.len();
-        let width = limits.table_width;
-        let mut block_tables = vec![0u32; num_seqs * width];
-        let mut context_lens = Vec::with_capacity(num_seqs);
-        let mut query_starts = Vec::with_capacity(num_seqs + 1);
-        let mut last_token_rows = Vec::with_capacity(num_seqs);
-        let mut start = 0u32;
-        query_starts.push(start);
-        for (seq, row) in batch.seqs.iter().zip(block_tables.chunks_exact_mut(width)) {
-            row[..seq.block_table.len()].copy_from_slice(&seq.block_table);
-            context_lens.push(seq.context_len);
-            start += seq.num_new_tokens;
-            query_starts.push(start);
-            last_token_rows.push(start - 1);
-        }
-        let tokens = batch.token_ids.len();
+        let host = HostStep::new(batch, limits.table_width, batch.seqs.len());
+        let (tokens, rows, width) = (host.input_ids.len(), host.context_lens.len(), host.width);
         Ok(Self {
-            input_ids: Tensor::from_slice(&batch.token_ids, tokens, device)?,
-            positions: Tensor::from_slice(&batch.positions, tokens, device)?,
-            slot_mapping: Tensor::from_slice(&batch.slot_mapping, tokens, device)?,
-            block_tables: Tensor::from_vec(block_tables, (num_seqs, width), device)?,
-            context_lens: Tensor::from_vec(context_lens, num_seqs, device)?,
-            query_starts: Tensor::from_vec(query_starts, num_seqs + 1, device)?,
-            last_token_rows: Tensor::from_vec(last_token_rows, num_seqs, device)?,
+            input_ids: Tensor::from_vec(host.input_ids, tokens, device)?,
+            positions: Tensor::from_vec(host.positions, tokens, device)?,
+            slot_mapping: Tensor::from_vec(host.slot_mapping, tokens, device)?,
+            block_tables: Tensor::from_vec(host.block_tables, (rows, width), device)?,
+            context_lens: Tensor::from_vec(host.context_lens, rows, device)?,
+            query_starts: Tensor::from_vec(host.query_starts, rows + 1, device)?,
+            last_token_rows: Tensor::from_vec(host.last_token_rows, rows, device)?,
         })
+    }
+}
+
+/// A checked step laid out on the host, the same way [`StepTensors`] holds
+/// it, optionally padded with rows that do nothing useful: a padded row is
+/// one token (id 0, position 0) written to [`PADDING_SLOT`] (nowhere), with
+/// context length 1 and a block table of zeros, so attention reads block 0
+/// and produces finite values that nobody looks at. CUDA-graph buckets pad
+/// a decode batch up to their size this way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HostStep {
+    pub input_ids: Vec<u32>,
+    pub positions: Vec<u32>,
+    pub slot_mapping: Vec<u32>,
+    /// [rows, width], row-major.
+    pub block_tables: Vec<u32>,
+    pub width: usize,
+    pub context_lens: Vec<u32>,
+    pub query_starts: Vec<u32>,
+    pub last_token_rows: Vec<u32>,
+}
+
+impl HostStep {
+    /// `batch` (already validated) padded to `rows` sequences (at least
+    /// its own number) with block tables `width` wide.
+    pub(crate) fn new(batch: &StepBatch, width: usize, rows: usize) -> Self {
+        let padding = rows.saturating_sub(batch.seqs.len());
+        let rows = batch.seqs.len() + padding;
+        let tokens = batch.token_ids.len() + padding;
+        let mut host = Self {
+            input_ids: Vec::with_capacity(tokens),
+            positions: Vec::with_capacity(tokens),
+            slot_mapping: Vec::with_capacity(tokens),
+            block_tables: vec![0u32; rows * width],
+            width,
+            context_lens: Vec::with_capacity(rows),
+            query_starts: Vec::with_capacity(rows + 1),
+            last_token_rows: Vec::with_capacity(rows),
+        };
+        host.input_ids.extend_from_slice(&batch.token_ids);
+        host.positions.extend_from_slice(&batch.positions);
+        host.slot_mapping.extend_from_slice(&batch.slot_mapping);
+        host.input_ids.resize(tokens, 0);
+        host.positions.resize(tokens, 0);
+        host.slot_mapping.resize(tokens, PADDING_SLOT);
+        let mut start = 0u32;
+        host.query_starts.push(start);
+        for (seq, row) in batch
+            .seqs
+            .iter()
+            .zip(host.block_tables.chunks_exact_mut(width))
+        {
+            row[..seq.block_table.len()].copy_from_slice(&seq.block_table);
+            host.context_lens.push(seq.context_len);
+            start += seq.num_new_tokens;
+            host.query_starts.push(start);
+            host.last_token_rows.push(start - 1);
+        }
+        for _ in 0..padding {
+            host.context_lens.push(1);
+            start += 1;
+            host.query_starts.push(start);
+            host.last_token_rows.push(start - 1);
+        }
+        host
+    }
+
+    /// Every field, in the order of [`StepTensors`]' fields.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn fields(&self) -> [&[u32]; 7] {
+        [
+            &self.input_ids,
+            &self.positions,
+            &self.slot_mapping,
+            &self.block_tables,
+            &self.context_lens,
+            &self.query_starts,
+            &self.last_token_rows,
+        ]
     }
 }
 
@@ -189,6 +255,33 @@ mod tests {
         assert_eq!(step.query_starts.to_vec1::<u32>().unwrap(), vec![0, 1, 4]);
         assert_eq!(step.last_token_rows.to_vec1::<u32>().unwrap(), vec![0, 3]);
         assert_eq!(step.context_lens.to_vec1::<u32>().unwrap(), vec![6, 3]);
+    }
+
+    #[test]
+    fn pads_rows_that_write_nowhere() {
+        let mut batch = mixed_batch();
+        batch.seqs[1] = SeqStep {
+            num_new_tokens: 1,
+            context_len: 3,
+            block_table: vec![5],
+        };
+        batch.token_ids.truncate(2);
+        batch.positions = vec![5, 2];
+        batch.slot_mapping = vec![5, 22];
+        validate(&batch, LIMITS).unwrap();
+        let host = HostStep::new(&batch, 4, 4);
+        assert_eq!(host.input_ids, [7, 1, 0, 0]);
+        assert_eq!(host.positions, [5, 2, 0, 0]);
+        assert_eq!(host.slot_mapping, [5, 22, PADDING_SLOT, PADDING_SLOT]);
+        assert_eq!(host.context_lens, [6, 3, 1, 1]);
+        assert_eq!(host.query_starts, [0, 1, 2, 3, 4]);
+        assert_eq!(host.last_token_rows, [0, 1, 2, 3]);
+        assert_eq!(
+            host.block_tables,
+            [3, 1, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
+        // Without padding it is exactly the batch.
+        assert_eq!(HostStep::new(&batch, 4, 2).slot_mapping, [5, 22]);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use candle_core::safetensors::{Load, MmapedSafetensors};
 use candle_core::{DType, Device, Shape, Tensor};
+use half::{bf16, f16};
 
 use crate::seeded::{self, Init};
 use crate::{ModelError, WeightSeed};
@@ -160,9 +161,24 @@ impl<'a> Weights<'a> {
         match self.source {
             WeightSource::Files(files) => files.get(&full_name, &shape, self.dtype, self.device),
             WeightSource::Seeded(seed) => {
-                let values = seeded::generate(*seed, &full_name, shape.elem_count(), init);
-                let tensor = Tensor::from_vec(values, shape, &Device::Cpu)?;
-                Ok(tensor.to_dtype(self.dtype)?.to_device(self.device)?)
+                let (name, len) = (full_name.as_str(), shape.elem_count());
+                // Generated in the model's dtype, so only those bytes are
+                // uploaded (half of f32's for bf16).
+                let tensor = match self.dtype {
+                    DType::BF16 => {
+                        let values = seeded::generate_as(*seed, name, len, init, bf16::from_f32);
+                        Tensor::from_vec(values, shape, self.device)?
+                    }
+                    DType::F16 => {
+                        let values = seeded::generate_as(*seed, name, len, init, f16::from_f32);
+                        Tensor::from_vec(values, shape, self.device)?
+                    }
+                    _ => {
+                        let values = seeded::generate_as(*seed, name, len, init, |v| v);
+                        Tensor::from_vec(values, shape, self.device)?.to_dtype(self.dtype)?
+                    }
+                };
+                Ok(tensor)
             }
         }
     }

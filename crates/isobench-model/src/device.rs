@@ -1,0 +1,172 @@
+//! Devices from user text (`cpu`, `cuda`, `cuda:N`) and what a device
+//! reports about its memory.
+//!
+//! A CUDA device is made the one way CUDA-graph capture needs (see
+//! docs/gpu.md): its own non-blocking stream
+//! (`Device::new_cuda_with_stream`), cudarc's per-buffer event tracking
+//! switched off before any tensor exists (everything runs on that one
+//! stream, and recording events inside a capture is illegal), and a fixed
+//! cuBLAS workspace so that cuBLAS never allocates one mid-capture. Eager
+//! and captured steps then use the same workspace and so the same gemm
+//! algorithms.
+
+use candle_core::Device;
+
+use crate::ModelError;
+
+/// Free and total bytes of a device's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceMemory {
+    pub free: u64,
+    pub total: u64,
+}
+
+const ACCEPTED: &str = "accepted: cpu, cuda, cuda:N (N the GPU's index, from 0)";
+
+/// Parses a device spec: `cpu`, `cuda` (GPU 0) or `cuda:N`, and opens the
+/// device. A CUDA spec on a build without the `cuda` feature, or on a
+/// machine without a usable GPU, is a one-line error.
+pub fn parse_device(spec: &str) -> Result<Device, ModelError> {
+    let trimmed = spec.trim();
+    if trimmed.eq_ignore_ascii_case("cpu") {
+        return Ok(Device::Cpu);
+    }
+    let ordinal = if trimmed.eq_ignore_ascii_case("cuda") {
+        0
+    } else {
+        match trimmed.split_once(':') {
+            Some((kind, index)) if kind.eq_ignore_ascii_case("cuda") => {
+                index.parse::<usize>().map_err(|_| {
+                    ModelError::Device(format!(
+                        "device `{spec}`: `{index}` is not a GPU index; {ACCEPTED}"
+                    ))
+                })?
+            }
+            _ => {
+                return Err(ModelError::Device(format!(
+                    "device `{spec}` is not known; {ACCEPTED}"
+                )));
+            }
+        }
+    };
+    open_cuda(ordinal)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_cuda(_ordinal: usize) -> Result<Device, ModelError> {
+    Err(ModelError::Device(
+        "this isobench was built without CUDA support: rebuild with --features cuda (see docs/gpu.md)"
+            .into(),
+    ))
+}
+
+#[cfg(feature = "cuda")]
+fn open_cuda(ordinal: usize) -> Result<Device, ModelError> {
+    let failed = |err: &dyn std::fmt::Display| {
+        let message = err.to_string();
+        let first_line = message.lines().next().unwrap_or("unknown error").trim();
+        ModelError::Device(format!("device cuda:{ordinal}: {first_line}"))
+    };
+    let device = Device::new_cuda_with_stream(ordinal).map_err(|err| failed(&err))?;
+    let cuda = device.as_cuda_device()?;
+    // SAFETY: no tensor exists on this device yet, and every operation of
+    // this crate runs on the device's one stream, so no cross-stream
+    // synchronisation is lost.
+    unsafe { cuda.disable_event_tracking() };
+    set_cublas_workspace(cuda).map_err(|err| failed(&err))?;
+    Ok(device)
+}
+
+/// Bytes of the fixed cuBLAS workspace (what PyTorch gives Hopper GPUs).
+#[cfg(feature = "cuda")]
+const CUBLAS_WORKSPACE_BYTES: usize = 32 << 20;
+
+#[cfg(feature = "cuda")]
+fn set_cublas_workspace(cuda: &candle_core::CudaDevice) -> Result<(), String> {
+    use cudarc::driver::DevicePtr;
+
+    let stream = cuda.cuda_stream();
+    let workspace = stream
+        .alloc_zeros::<u8>(CUBLAS_WORKSPACE_BYTES)
+        .map_err(|err| format!("cannot allocate the cuBLAS workspace: {err}"))?;
+    let status = {
+        let (pointer, _sync) = workspace.device_ptr(&stream);
+        // SAFETY: the handle is the device's own; the workspace stays
+        // allocated for the rest of the process (forgotten below), as long
+        // as any clone of the device, and so the handle, can use it.
+        unsafe {
+            cudarc::cublas::sys::cublasSetWorkspace_v2(
+                *cuda.cublas_handle().handle(),
+                pointer as *mut std::ffi::c_void,
+                workspace.len(),
+            )
+        }
+    };
+    if status != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return Err(format!("cublasSetWorkspace failed: {status:?}"));
+    }
+    std::mem::forget(workspace);
+    Ok(())
+}
+
+/// Free and total memory of `device`; `None` on the CPU (or if the driver
+/// cannot say).
+pub fn device_memory(device: &Device) -> Option<DeviceMemory> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(cuda) => {
+            let (free, total) = cuda.cuda_stream().context().mem_get_info().ok()?;
+            Some(DeviceMemory {
+                free: free as u64,
+                total: total as u64,
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_parses_and_has_no_device_memory() {
+        for spec in ["cpu", "CPU", " cpu "] {
+            let device = parse_device(spec).unwrap();
+            assert!(device.is_cpu());
+            assert_eq!(device_memory(&device), None);
+        }
+    }
+
+    #[test]
+    fn bad_specs_name_the_spec_and_what_is_accepted() {
+        for (spec, expected) in [
+            (
+                "gpu",
+                "device `gpu` is not known; accepted: cpu, cuda, cuda:N",
+            ),
+            (
+                "cuda:x",
+                "device `cuda:x`: `x` is not a GPU index; accepted",
+            ),
+            ("cuda:-1", "`-1` is not a GPU index"),
+            ("metal:0", "device `metal:0` is not known"),
+        ] {
+            let err = parse_device(spec).unwrap_err();
+            assert_eq!(err.kind(), "device");
+            assert!(err.to_string().contains(expected), "{spec}: {err}");
+        }
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_without_the_feature_is_a_one_line_error() {
+        for spec in ["cuda", "cuda:0", "CUDA:3"] {
+            let err = parse_device(spec).unwrap_err().to_string();
+            assert_eq!(
+                err,
+                "this isobench was built without CUDA support: rebuild with --features cuda (see docs/gpu.md)"
+            );
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! CUDA graphs of decode steps, one per batch-size bucket.
+//!
+//! A decode step of `n` sequences (each bringing one token) has tensors
+//! whose shapes depend on `n` alone (see [`crate::step`]), so the whole
+//! forward pass can be captured once and replayed. For each bucket `b`,
+//! captured lazily the first time a batch needs it:
+//!
+//! - static device tensors hold every step input (`input_ids`, `positions`,
+//!   `slot_mapping`, `block_tables [b, W]`, `context_lens`, `query_starts`,
+//!   `last_token_rows`) and a static f32 logits buffer `[b, vocab]`;
+//! - the step's inputs are laid out on the host, padded to `b` rows (a
+//!   padded row writes its K/V to `PADDING_SLOT`, nowhere, and attends to
+//!   one slot of block 0), and uploaded in one copy into a packed static
+//!   buffer; the graph itself starts by unpacking it into the input
+//!   tensors, so a replay is one host-to-device copy and one graph launch;
+//! - the captured region is [`Network::run`] on the static tensors,
+//!   followed by a `slice_set` of its logits into the static buffer. Its
+//!   temporaries are allocated and freed inside the capture (stream-ordered
+//!   allocation), so they become memory nodes and the graph relaunches.
+//!
+//! Capture follows ../shared/cuda/README.md: one eager warm-up of the exact
+//! step first (it loads kernels and lets cuBLAS pick its algorithms, with
+//! candle's host-to-device parameter cache on), then capture in
+//! thread-local mode. The warm-up runs the real step: writing the same K/V
+//! to the same slots twice is harmless, so the graph then replays it and
+//! its logits are the step's. If anything in capture fails, a warning is
+//! logged once and that bucket runs eagerly for good.
+//!
+//! Graphs read the KV cache's buffers directly: a step on another cache
+//! drops every graph and captures anew.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Storage, Tensor, TensorId};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaStream, DevicePtr};
+
+use crate::llama::Network;
+use crate::step::{HostStep, StepLimits, StepTensors};
+use crate::timer::cuda_error;
+use crate::{KvCache, ModelError, StepBatch};
+
+pub(crate) struct GraphRunner {
+    /// Sorted ascending.
+    buckets: Vec<usize>,
+    vocab_size: usize,
+    graphs: HashMap<usize, Bucket>,
+    /// The cache the graphs write to (its first key tensor).
+    cache: Option<TensorId>,
+}
+
+enum Bucket {
+    Captured(Box<BucketGraph>),
+    /// Capture failed once; this bucket runs eagerly.
+    Eager,
+}
+
+/// A captured step and the static tensors it reads and writes.
+struct BucketGraph {
+    statics: Statics,
+    graph: CudaGraph,
+    /// The host side of the packed upload, reused every step.
+    staging: Vec<u32>,
+}
+
+/// A bucket's static tensors.
+struct Statics {
+    /// Every input of the step, packed in [`HostStep::fields`] order.
+    packed: Tensor,
+    /// The step's tensors, filled from `packed` inside the graph.
+    step: StepTensors,
+    /// `(offset, len)` of each of the step's tensors in `packed`.
+    ranges: Vec<(usize, usize)>,
+    /// f32 logits [bucket, vocab].
+    logits: Tensor,
+}
+
+impl GraphRunner {
+    pub(crate) fn new(buckets: Vec<usize>, vocab_size: usize) -> Self {
+        Self {
+            buckets,
+            vocab_size,
+            graphs: HashMap::new(),
+            cache: None,
+        }
+    }
+
+    /// Replays `batch` (validated) from its bucket's graph, capturing it
+    /// first if needed. `None` when the step has to run eagerly: not a
+    /// pure decode step, larger than every bucket, or the bucket's capture
+    /// failed. Returns the logits [n, vocab] and the bucket size.
+    pub(crate) fn run(
+        &mut self,
+        net: &Network,
+        batch: &StepBatch,
+        limits: StepLimits,
+        cache: &KvCache,
+    ) -> Result<Option<(Tensor, usize)>, ModelError> {
+        if batch.seqs.iter().any(|seq| seq.num_new_tokens != 1) {
+            return Ok(None);
+        }
+        let rows = batch.seqs.len();
+        let Some(&bucket) = self.buckets.iter().find(|&&b| b >= rows) else {
+            return Ok(None);
+        };
+        let cache_id = cache.layer(0).0.id();
+        if self.cache != Some(cache_id) {
+            self.graphs.clear();
+            self.cache = Some(cache_id);
+        }
+        let host = HostStep::new(batch, limits.table_width, bucket);
+        if !self.graphs.contains_key(&bucket) {
+            let state = match BucketGraph::capture(net, &host, self.vocab_size, cache) {
+                Ok(graph) => Bucket::Captured(Box::new(graph)),
+                Err(err) => {
+                    tracing::warn!(
+                        bucket,
+                        error = %err,
+                        "CUDA graph capture failed; decode batches of this bucket run eagerly"
+                    );
+                    Bucket::Eager
+                }
+            };
+            self.graphs.insert(bucket, state);
+        }
+        let Some(Bucket::Captured(entry)) = self.graphs.get_mut(&bucket) else {
+            return Ok(None);
+        };
+        entry.replay(&host)?;
+        // A copy, so the caller's logits stay valid through later replays.
+        let logits = entry.statics.logits.narrow(0, 0, rows)?.copy()?;
+        Ok(Some((logits, bucket)))
+    }
+}
+
+impl BucketGraph {
+    /// Allocates the bucket's static tensors, uploads `host` (the step
+    /// that asked for the bucket), runs it once eagerly and captures it.
+    fn capture(
+        net: &Network,
+        host: &HostStep,
+        vocab_size: usize,
+        cache: &KvCache,
+    ) -> Result<Self, ModelError> {
+        let device = cache.device();
+        let cuda = device.as_cuda_device()?;
+        let stream = cuda.cuda_stream();
+        if !stream.context().has_async_alloc() {
+            return Err(ModelError::Cuda(
+                "the device has no stream-ordered allocator, which capturing candle's temporaries needs".into(),
+            ));
+        }
+        let statics = Statics::new(host, vocab_size, device)?;
+        let mut staging = Vec::new();
+        statics.upload(host, &stream, &mut staging)?;
+        // Small parameter uploads (shapes, strides) come from candle's cache
+        // while this guard lives: the warm-up fills it, the capture reads it.
+        let _parameter_cache = cuda.enable_cuda_graph_htod_cache();
+        statics.step(net, cache)?;
+        stream.synchronize().map_err(cuda_error)?;
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cuda_error)?;
+        let captured = statics.step(net, cache);
+        // Always end the capture, even when a step operation failed.
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+        captured?;
+        let graph = graph
+            .map_err(cuda_error)?
+            .ok_or_else(|| ModelError::Cuda("the capture produced no graph".into()))?;
+        stream.context().check_err().map_err(cuda_error)?;
+        graph.upload().map_err(cuda_error)?;
+        Ok(Self {
+            statics,
+            graph,
+            staging,
+        })
+    }
+
+    fn replay(&mut self, host: &HostStep) -> Result<(), ModelError> {
+        let stream = self.statics.logits.device().as_cuda_device()?.cuda_stream();
+        self.statics.upload(host, &stream, &mut self.staging)?;
+        self.graph.launch().map_err(cuda_error)
+    }
+}
+
+impl Statics {
+    fn new(host: &HostStep, vocab_size: usize, device: &Device) -> Result<Self, ModelError> {
+        let rows = host.context_lens.len();
+        let mut ranges = Vec::new();
+        let mut offset = 0;
+        for field in host.fields() {
+            ranges.push((offset, field.len()));
+            offset += field.len();
+        }
+        let zeros = |len: usize| Tensor::zeros(len, DType::U32, device);
+        Ok(Self {
+            packed: zeros(offset)?,
+            step: StepTensors {
+                input_ids: zeros(rows)?,
+                positions: zeros(rows)?,
+                slot_mapping: zeros(rows)?,
+                block_tables: Tensor::zeros((rows, host.width), DType::U32, device)?,
+                context_lens: zeros(rows)?,
+                query_starts: zeros(rows + 1)?,
+                last_token_rows: zeros(rows)?,
+            },
+            ranges,
+            logits: Tensor::zeros((rows, vocab_size), DType::F32, device)?,
+        })
+    }
+
+    /// Copies the host step into `packed` (one host-to-device copy, in
+    /// stream order before the next replay).
+    fn upload(
+        &self,
+        host: &HostStep,
+        stream: &Arc<CudaStream>,
+        staging: &mut Vec<u32>,
+    ) -> Result<(), ModelError> {
+        staging.clear();
+        for field in host.fields() {
+            staging.extend_from_slice(field);
+        }
+        let (storage, layout) = self.packed.storage_and_layout();
+        let Storage::Cuda(storage) = &*storage else {
+            return Err(ModelError::Cuda(
+                "graph inputs are not on a CUDA device".into(),
+            ));
+        };
+        let slice = storage.as_cuda_slice::<u32>()?;
+        if staging.len() != slice.len() || layout.start_offset() != 0 {
+            return Err(ModelError::Cuda(format!(
+                "graph input buffer holds {} values, the step has {}",
+                slice.len(),
+                staging.len()
+            )));
+        }
+        let (pointer, _sync) = slice.device_ptr(stream);
+        // SAFETY: `packed` is this bucket's own buffer of exactly
+        // `staging.len()` u32s; only this stream reads it, after this copy
+        // in stream order. The host data is pageable, so the driver has
+        // staged it by the time the call returns.
+        unsafe { cudarc::driver::result::memcpy_htod_async(pointer, staging, stream.cu_stream()) }
+            .map_err(cuda_error)
+    }
+
+    /// The captured work: unpack the inputs, run the network, keep the
+    /// logits.
+    fn step(&self, net: &Network, cache: &KvCache) -> Result<(), ModelError> {
+        let targets = [
+            &self.step.input_ids,
+            &self.step.positions,
+            &self.step.slot_mapping,
+            &self.step.block_tables,
+            &self.step.context_lens,
+            &self.step.query_starts,
+            &self.step.last_token_rows,
+        ];
+        for (target, &(offset, len)) in targets.into_iter().zip(&self.ranges) {
+            let source = self
+                .packed
+                .narrow(0, offset, len)?
+                .reshape(target.shape())?;
+            target.slice_set(&source, 0, 0)?;
+        }
+        let logits = net.run(&self.step, cache)?;
+        self.logits.slice_set(&logits, 0, 0)?;
+        Ok(())
+    }
+}
