@@ -208,3 +208,43 @@ fn a_config_error_names_the_field() {
         "{err}"
     );
 }
+
+/// The GPU benchmark folders: the real architectures' shapes, and a
+/// tokenizer that gives every one of their 128256 ids some text while
+/// encoding exactly like the small models' tokenizer.
+#[test]
+fn llama_shaped_folders_open_and_every_id_has_text() {
+    let small = ModelFolder::open(common::repo_path("models/small-llama")).unwrap();
+    for (name, params, hidden, layers) in [
+        ("llama-3.2-1b-shape", 1_235_814_400, 2048, 16),
+        ("llama-3-8b-shape", 8_030_261_248, 4096, 32),
+    ] {
+        let folder = ModelFolder::open(common::repo_path(&format!("models/{name}"))).unwrap();
+        let config = folder.config();
+        assert_eq!(config.num_parameters(), params, "{name}");
+        assert_eq!(
+            (config.hidden_size, config.num_hidden_layers),
+            (hidden, layers)
+        );
+        assert_eq!(config.torch_dtype, Some(isobench_model::DType::BF16));
+        assert!(config.seed.is_some(), "{name}: seeded weights");
+        let tokenizer = folder.tokenizer();
+        assert_eq!(tokenizer.vocab_size(), config.vocab_size);
+        let text = "Hello, wörld: 12 tokens?";
+        assert_eq!(
+            tokenizer.encode(text, true).unwrap(),
+            small.tokenizer().encode(text, true).unwrap()
+        );
+        for id in [8191, 8192, 100_000, 128_255] {
+            let decoded = tokenizer.decode(&[id], true).unwrap();
+            assert!(
+                !decoded.trim().is_empty(),
+                "{name}: id {id} decodes to {decoded:?}"
+            );
+        }
+        assert_ne!(
+            tokenizer.decode(&[8192], true).unwrap(),
+            tokenizer.decode(&[128_255], true).unwrap()
+        );
+    }
+}

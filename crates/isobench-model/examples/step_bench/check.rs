@@ -1,0 +1,216 @@
+//! `--check`: the GPU runtime against the CPU, for the model of `--model`
+//! (models/small-llama by default) with its seeded weights.
+//!
+//! Three prompts (5, 17 and 33 tokens: a decode batch of 3 replays the
+//! bucket-4 graph with one padded row) are prefilled in one step and
+//! decoded greedily for 24 steps, feeding back each step's argmax:
+//!
+//! 1. CUDA f32, graphs off: the same tokens as the CPU's f32 path;
+//! 2. CUDA f32, graphs on: the same tokens, and every decode step replayed
+//!    a graph;
+//! 3. CUDA bf16, graphs on and off, fed the f32 reference's tokens: logits
+//!    within [`BF16_TOLERANCE`] of the f32 reference, per row
+//!    `max |bf16 - f32| / max |f32|` (the bound the transformers fixtures
+//!    hold f16 and bf16 to), and graphs on within [`GRAPH_TOLERANCE`] of
+//!    graphs off.
+//!
+//! Prints PASS or FAIL per check; the exit code is 1 if any failed.
+
+use isobench_model::{
+    CausalLm, DType, KvCache, ModelFolder, ModelOptions, SeqStep, StepBatch, load_model_with,
+    parse_device,
+};
+
+use crate::{Args, Result};
+
+const PROMPT_LENS: [usize; 3] = [5, 17, 33];
+const DECODE_STEPS: usize = 24;
+const BLOCK_SIZE: usize = 16;
+/// bf16 logits against the f32 reference, relative to the row's largest.
+const BF16_TOLERANCE: f64 = 0.05;
+/// f32 logits, GPU against CPU; bf16 logits, graphs on against off.
+const F32_TOLERANCE: f64 = 1e-3;
+const GRAPH_TOLERANCE: f64 = 1e-2;
+
+/// What a greedy run produced: tokens per sequence, logits per decision
+/// (one row per sequence per step), and how many decode steps replayed a
+/// graph.
+struct Run {
+    tokens: Vec<Vec<u32>>,
+    logits: Vec<Vec<f32>>,
+    replayed_steps: usize,
+}
+
+/// Runs the prompts and `DECODE_STEPS` decode steps; with `forced`, feeds
+/// its tokens instead of the argmax.
+fn greedy(model: &mut dyn CausalLm, forced: Option<&[Vec<u32>]>) -> Result<Run> {
+    let vocab = model.config().vocab_size as u32;
+    let blocks_per_seq = (PROMPT_LENS[2] + DECODE_STEPS).div_ceil(BLOCK_SIZE);
+    let mut cache = KvCache::new(
+        model.config(),
+        PROMPT_LENS.len() * blocks_per_seq,
+        BLOCK_SIZE,
+        model.device(),
+        model.dtype(),
+    )?;
+    // Sequence i owns blocks i, i + 3, i + 6...: interleaved, not contiguous.
+    let seqs = PROMPT_LENS.len();
+    let slot = |seq: usize, position: usize| {
+        ((position / BLOCK_SIZE * seqs + seq) * BLOCK_SIZE + position % BLOCK_SIZE) as u32
+    };
+    let table = |seq: usize, len: usize| -> Vec<u32> {
+        (0..len.div_ceil(BLOCK_SIZE))
+            .map(|b| (b * seqs + seq) as u32)
+            .collect()
+    };
+    let mut run = Run {
+        tokens: vec![Vec::new(); seqs],
+        logits: Vec::new(),
+        replayed_steps: 0,
+    };
+    let mut contexts = vec![0usize; seqs];
+    let mut step = StepBatch::default();
+    for (seq, &len) in PROMPT_LENS.iter().enumerate() {
+        for position in 0..len {
+            step.token_ids
+                .push((seq as u32 * 7919 + position as u32 * 104_729) % (vocab - 5) + 5);
+            step.positions.push(position as u32);
+            step.slot_mapping.push(slot(seq, position));
+        }
+        step.seqs.push(SeqStep {
+            num_new_tokens: len as u32,
+            context_len: len as u32,
+            block_table: table(seq, len),
+        });
+        contexts[seq] = len;
+    }
+    for decode in 0..=DECODE_STEPS {
+        let logits = model.forward(&step, &mut cache)?.to_vec2::<f32>()?;
+        if decode > 0 && model.last_step().graph_replayed {
+            run.replayed_steps += 1;
+        }
+        step = StepBatch::default();
+        for (seq, row) in logits.into_iter().enumerate() {
+            let next = match forced {
+                Some(tokens) => tokens[seq][decode],
+                None => argmax(&row),
+            };
+            run.tokens[seq].push(next);
+            run.logits.push(row);
+            if decode == DECODE_STEPS {
+                continue;
+            }
+            let position = contexts[seq];
+            contexts[seq] += 1;
+            step.token_ids.push(next);
+            step.positions.push(position as u32);
+            step.slot_mapping.push(slot(seq, position));
+            step.seqs.push(SeqStep {
+                num_new_tokens: 1,
+                context_len: contexts[seq] as u32,
+                block_table: table(seq, contexts[seq]),
+            });
+        }
+    }
+    Ok(run)
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (index, value) in row.iter().enumerate() {
+        if *value > row[best] {
+            best = index;
+        }
+    }
+    best as u32
+}
+
+/// The largest per-row `max |got - want| / max |want|`.
+fn max_relative_diff(got: &[Vec<f32>], want: &[Vec<f32>]) -> f64 {
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            let scale = w.iter().fold(0f64, |m, v| m.max(f64::from(v.abs())));
+            let diff = g
+                .iter()
+                .zip(w)
+                .fold(0f64, |m, (a, b)| m.max(f64::from((a - b).abs())));
+            diff / scale.max(f64::MIN_POSITIVE)
+        })
+        .fold(0.0, f64::max)
+}
+
+fn report(passed: &mut bool, ok: bool, what: String) {
+    println!("{} {what}", if ok { "PASS" } else { "FAIL" });
+    *passed &= ok;
+}
+
+pub(crate) fn run(args: &Args) -> Result<bool> {
+    let gpu = parse_device(&args.device)?;
+    if gpu.is_cpu() {
+        return Err("--check compares a GPU with the CPU: give --device cuda or cuda:N".into());
+    }
+    let folder = ModelFolder::open(&args.model)?;
+    let options = |dtype, cuda_graphs| ModelOptions {
+        dtype: Some(dtype),
+        cuda_graphs,
+        ..ModelOptions::default()
+    };
+    let load = |device, dtype, graphs| load_model_with(&folder, device, &options(dtype, graphs));
+    println!(
+        "check: {} ({:.1} M parameters), prompts of {PROMPT_LENS:?} tokens, {DECODE_STEPS} greedy decode steps",
+        folder.name(),
+        folder.config().num_parameters() as f64 / 1e6
+    );
+    let reference = greedy(
+        load(&isobench_model::Device::Cpu, DType::F32, false)?.as_mut(),
+        None,
+    )?;
+    let eager = greedy(load(&gpu, DType::F32, false)?.as_mut(), None)?;
+    let graphs = greedy(load(&gpu, DType::F32, true)?.as_mut(), None)?;
+    let forced = Some(reference.tokens.as_slice());
+    let bf16_eager = greedy(load(&gpu, DType::BF16, false)?.as_mut(), forced)?;
+    let bf16_graphs = greedy(load(&gpu, DType::BF16, true)?.as_mut(), forced)?;
+
+    let mut passed = true;
+    let diff = max_relative_diff(&eager.logits, &reference.logits);
+    report(
+        &mut passed,
+        eager.tokens == reference.tokens && diff <= F32_TOLERANCE,
+        format!(
+            "f32 GPU eager = CPU: same greedy tokens, logits max rel diff {diff:.2e} (<= {F32_TOLERANCE:.0e})"
+        ),
+    );
+    let diff = max_relative_diff(&graphs.logits, &eager.logits);
+    report(
+        &mut passed,
+        graphs.tokens == eager.tokens
+            && graphs.replayed_steps == DECODE_STEPS
+            && diff <= F32_TOLERANCE,
+        format!(
+            "f32 GPU graphs = eager: same greedy tokens, {}/{DECODE_STEPS} decode steps replayed, logits max rel diff {diff:.2e}",
+            graphs.replayed_steps
+        ),
+    );
+    for (name, run) in [("eager", &bf16_eager), ("graphs", &bf16_graphs)] {
+        let diff = max_relative_diff(&run.logits, &reference.logits);
+        report(
+            &mut passed,
+            diff <= BF16_TOLERANCE,
+            format!(
+                "bf16 GPU {name} vs f32 CPU (teacher-forced): logits max rel diff {diff:.3} (<= {BF16_TOLERANCE})"
+            ),
+        );
+    }
+    let diff = max_relative_diff(&bf16_graphs.logits, &bf16_eager.logits);
+    report(
+        &mut passed,
+        diff <= GRAPH_TOLERANCE && bf16_graphs.replayed_steps == DECODE_STEPS,
+        format!(
+            "bf16 GPU graphs vs eager: logits max rel diff {diff:.2e} (<= {GRAPH_TOLERANCE:.0e}), {}/{DECODE_STEPS} replayed",
+            bf16_graphs.replayed_steps
+        ),
+    );
+    println!("{}", if passed { "CHECK PASS" } else { "CHECK FAIL" });
+    Ok(passed)
+}

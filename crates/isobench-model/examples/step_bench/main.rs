@@ -1,0 +1,385 @@
+//! How long one decode step takes, per batch size, against the floor that
+//! memory bandwidth sets: the number that bounds what batching and CUDA
+//! graphs can gain.
+//!
+//! ```text
+//! cargo run --release --example step_bench -p isobench-model -- [FLAGS]
+//!   --model DIR        model folder (default models/small-llama)
+//!   --device SPEC      cpu, cuda or cuda:N (default cpu)
+//!   --dtype D          f32, f16 or bf16 (default: the model's default for the device)
+//!   --graphs MODE      on, off or both (default: both on CUDA, off on the CPU)
+//!   --batch LIST       batch sizes, e.g. 1,8,32,64,128 (default 1,8,32)
+//!   --context N        tokens prefilled per sequence (default 128)
+//!   --steps N          timed decode steps per batch and mode (default 16)
+//!   --check            correctness mode instead (see check.rs)
+//! ```
+//!
+//! For each batch size every sequence is prefilled with N pseudo-random
+//! tokens (one sequence per step), then 3 warm-up and `--steps` timed
+//! decode steps run over the whole batch, eagerly and then from CUDA
+//! graphs, on the same cache. A step's time is its CUDA-event device time
+//! on a GPU (host clock on the CPU); the median is reported. On a GPU the
+//! floor is (weight bytes read + KV bytes read) / the device-to-device copy
+//! bandwidth measured at the start of the run (a 1 GiB copy, counting the
+//! bytes read and written). Prints a table and one JSON line per row.
+
+mod check;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use isobench_model::{
+    CausalLm, DType, Device, KvCache, ModelFolder, ModelOptions, SeqStep, StepBatch, Tensor,
+    load_model_with, parse_device,
+};
+
+const BLOCK_SIZE: usize = 16;
+const WARM_UP_STEPS: usize = 3;
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Command-line flags, checked.
+struct Args {
+    model: PathBuf,
+    device: String,
+    dtype: Option<DType>,
+    modes: Vec<bool>,
+    batches: Vec<usize>,
+    context: usize,
+    steps: usize,
+    check: bool,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = Args {
+        model: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/small-llama"),
+        device: "cpu".into(),
+        dtype: None,
+        modes: Vec::new(),
+        batches: vec![1, 8, 32],
+        context: 128,
+        steps: 16,
+        check: false,
+    };
+    let mut graphs = None;
+    let mut raw = std::env::args().skip(1);
+    while let Some(flag) = raw.next() {
+        if flag == "--check" {
+            args.check = true;
+            continue;
+        }
+        let value = raw
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value (see --help in the source header)"))?;
+        let number = |what: &str, text: &str| -> Result<usize> {
+            match text.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!("{what}: `{text}` is not a positive integer").into()),
+            }
+        };
+        match flag.as_str() {
+            "--model" => args.model = PathBuf::from(value),
+            "--device" => args.device = value,
+            "--dtype" => {
+                args.dtype = Some(match value.as_str() {
+                    "f32" => DType::F32,
+                    "f16" => DType::F16,
+                    "bf16" => DType::BF16,
+                    _ => return Err(format!("--dtype `{value}`: accepted: f32, f16, bf16").into()),
+                })
+            }
+            "--graphs" => {
+                graphs = Some(match value.as_str() {
+                    "on" => vec![true],
+                    "off" => vec![false],
+                    "both" => vec![false, true],
+                    _ => return Err(format!("--graphs `{value}`: accepted: on, off, both").into()),
+                })
+            }
+            "--batch" => {
+                args.batches = value
+                    .split(',')
+                    .map(|b| number("--batch", b.trim()))
+                    .collect::<Result<_>>()?
+            }
+            "--context" => args.context = number("--context", &value)?,
+            "--steps" => args.steps = number("--steps", &value)?,
+            _ => {
+                return Err(format!(
+                    "unknown flag `{flag}`; accepted: --model, --device, --dtype, --graphs, --batch, --context, --steps, --check"
+                )
+                .into());
+            }
+        }
+    }
+    let cuda = !args.device.trim().eq_ignore_ascii_case("cpu");
+    args.modes = graphs.unwrap_or(if cuda { vec![false, true] } else { vec![false] });
+    Ok(args)
+}
+
+/// A batch of sequences in one cache, with contiguous blocks per sequence.
+struct Batch {
+    contexts: Vec<usize>,
+    blocks_per_seq: usize,
+}
+
+impl Batch {
+    /// A step in which each `(seq, new)` brings `new` tokens.
+    fn step(&self, parts: &[(usize, usize)], token: u32) -> StepBatch {
+        let mut batch = StepBatch::default();
+        for &(seq, new) in parts {
+            let cached = self.contexts[seq];
+            let first_block = seq * self.blocks_per_seq;
+            let table: Vec<u32> = (0..(cached + new).div_ceil(BLOCK_SIZE))
+                .map(|b| (first_block + b) as u32)
+                .collect();
+            for position in cached..cached + new {
+                batch
+                    .token_ids
+                    .push(token.wrapping_add(position as u32 * 7919) % 8000 + 5);
+                batch.positions.push(position as u32);
+                batch
+                    .slot_mapping
+                    .push((first_block * BLOCK_SIZE + position) as u32);
+            }
+            batch.seqs.push(SeqStep {
+                num_new_tokens: new as u32,
+                context_len: (cached + new) as u32,
+                block_table: table,
+            });
+        }
+        batch
+    }
+}
+
+/// Median decode step of each model (eager first, then graphs) on one
+/// prefilled cache, and the mean context during the timed steps.
+struct Measured {
+    medians: Vec<Duration>,
+    host_medians: Vec<Duration>,
+    replayed: Vec<bool>,
+    mean_context: f64,
+    prefill_tokens_per_s: f64,
+}
+
+fn measure(models: &mut [Box<dyn CausalLm>], batch_size: usize, args: &Args) -> Result<Measured> {
+    let total_steps = models.len() * (WARM_UP_STEPS + args.steps);
+    let blocks_per_seq = (args.context + total_steps).div_ceil(BLOCK_SIZE);
+    let first = &models[0];
+    let mut cache = KvCache::new(
+        first.config(),
+        batch_size * blocks_per_seq,
+        BLOCK_SIZE,
+        first.device(),
+        first.dtype(),
+    )?;
+    let mut batch = Batch {
+        contexts: vec![0; batch_size],
+        blocks_per_seq,
+    };
+    let prefill_start = Instant::now();
+    for seq in 0..batch_size {
+        let logits =
+            models[0].forward(&batch.step(&[(seq, args.context)], seq as u32), &mut cache)?;
+        sync(&logits)?;
+        batch.contexts[seq] = args.context;
+    }
+    let prefill_tokens_per_s =
+        (batch_size * args.context) as f64 / prefill_start.elapsed().as_secs_f64();
+    let decode: Vec<(usize, usize)> = (0..batch_size).map(|seq| (seq, 1)).collect();
+    let mut result = Measured {
+        medians: Vec::new(),
+        host_medians: Vec::new(),
+        replayed: Vec::new(),
+        mean_context: 0.0,
+        prefill_tokens_per_s,
+    };
+    let mut context_sum = 0.0;
+    for model in models.iter_mut() {
+        let mut device_times = Vec::with_capacity(args.steps);
+        let mut host_times = Vec::with_capacity(args.steps);
+        let mut replayed = true;
+        for step in 0..WARM_UP_STEPS + args.steps {
+            let input = batch.step(&decode, step as u32);
+            let start = Instant::now();
+            let logits = model.forward(&input, &mut cache)?;
+            sync(&logits)?;
+            let host = start.elapsed();
+            let stats = model.last_step();
+            if step >= WARM_UP_STEPS {
+                device_times.push(stats.device_time.unwrap_or(host));
+                host_times.push(host);
+                replayed &= stats.graph_replayed;
+                context_sum +=
+                    batch.contexts.iter().sum::<usize>() as f64 / batch_size as f64 + 1.0;
+            }
+            batch.contexts.iter_mut().for_each(|c| *c += 1);
+        }
+        result.medians.push(median(device_times));
+        result.host_medians.push(median(host_times));
+        result.replayed.push(replayed);
+    }
+    result.mean_context = context_sum / (models.len() * args.steps) as f64;
+    Ok(result)
+}
+
+/// Waits for a step by bringing its logits' argmax to the host, as a
+/// server's sampler would.
+fn sync(logits: &Tensor) -> Result<()> {
+    logits.argmax(1)?.to_vec1::<u32>()?;
+    Ok(())
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+/// Device-to-device copy bandwidth in bytes/s (read + write), from the
+/// median of 10 copies of 1 GiB; `None` on the CPU.
+fn copy_bandwidth(device: &Device) -> Result<Option<f64>> {
+    if device.is_cpu() {
+        return Ok(None);
+    }
+    let elements = 1usize << 28; // 1 GiB of f32
+    let source = Tensor::zeros(elements, DType::F32, device)?;
+    let mut times = Vec::new();
+    for _ in 0..11 {
+        device.synchronize()?;
+        let start = Instant::now();
+        let copy = source.copy()?;
+        device.synchronize()?;
+        times.push(start.elapsed());
+        drop(copy);
+    }
+    let seconds = median(times).as_secs_f64();
+    Ok(Some(2.0 * (elements * 4) as f64 / seconds))
+}
+
+/// Bytes a decode step reads from weights: every parameter except the
+/// embedding table (only a row per token is read), whose tied copy is read
+/// as the LM head.
+fn weight_bytes_read(model: &dyn CausalLm) -> f64 {
+    let cfg = model.config();
+    let embedding = if cfg.tie_word_embeddings {
+        0
+    } else {
+        cfg.vocab_size * cfg.hidden_size
+    };
+    ((cfg.num_parameters() - embedding) * model.dtype().size_in_bytes()) as f64
+}
+
+fn load(
+    folder: &ModelFolder,
+    device: &Device,
+    args: &Args,
+    graphs: bool,
+) -> Result<Box<dyn CausalLm>> {
+    let options = ModelOptions {
+        dtype: args.dtype,
+        cuda_graphs: graphs,
+        ..ModelOptions::default()
+    };
+    let start = Instant::now();
+    let model = load_model_with(folder, device, &options)?;
+    device.synchronize()?;
+    println!(
+        "{}: {:.1} M parameters, {:?} on {:?}, graphs {}, loaded in {:.1} s",
+        folder.name(),
+        folder.config().num_parameters() as f64 / 1e6,
+        model.dtype(),
+        device.location(),
+        if graphs { "on" } else { "off" },
+        start.elapsed().as_secs_f64()
+    );
+    Ok(model)
+}
+
+fn bench(args: &Args) -> Result<()> {
+    let device = parse_device(&args.device)?;
+    let folder = ModelFolder::open(&args.model)?;
+    let bandwidth = copy_bandwidth(&device)?;
+    if let Some(bandwidth) = bandwidth {
+        println!(
+            "device-to-device copy bandwidth: {:.2} TB/s (read + write)",
+            bandwidth / 1e12
+        );
+    }
+    let mut models = args
+        .modes
+        .iter()
+        .map(|&graphs| load(&folder, &device, args, graphs))
+        .collect::<Result<Vec<_>>>()?;
+    let cfg = folder.config().clone();
+    let weights = weight_bytes_read(models[0].as_ref());
+    let kv_per_token = KvCache::bytes_per_block(&cfg, 1, models[0].dtype()) as f64;
+    let column = |graphs: bool| args.modes.iter().position(|&m| m == graphs);
+    println!(
+        "context {} tokens, median of {} steps; step times from {}",
+        args.context,
+        args.steps,
+        if device.is_cpu() {
+            "the host clock"
+        } else {
+            "CUDA events"
+        }
+    );
+    println!("batch  eager ms  graph ms  floor ms  % of floor  decode tok/s  prefill tok/s");
+    for &batch_size in &args.batches {
+        let measured = measure(&mut models, batch_size, args)?;
+        let ms = |graphs: bool| column(graphs).map(|i| measured.medians[i].as_secs_f64() * 1e3);
+        let (eager, graph) = (ms(false), ms(true));
+        let best = graph.or(eager).unwrap_or(f64::NAN);
+        let kv_bytes = kv_per_token * measured.mean_context * batch_size as f64;
+        let floor = bandwidth.map(|b| (weights + kv_bytes) / b * 1e3);
+        let tokens_per_s = batch_size as f64 * 1e3 / best;
+        let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+        println!(
+            "{batch_size:>5}  {:>8}  {:>8}  {:>8}  {:>10}  {tokens_per_s:>12.0}  {:>13.0}",
+            show(eager),
+            show(graph),
+            show(floor),
+            floor.map_or("-".into(), |f| format!("{:.0}%", f / best * 100.0)),
+            measured.prefill_tokens_per_s
+        );
+        let json = serde_json::json!({
+            "bench": "step_bench",
+            "model": folder.name(),
+            "device": args.device,
+            "dtype": format!("{:?}", models[0].dtype()).to_lowercase(),
+            "batch": batch_size,
+            "context": args.context,
+            "mean_context": measured.mean_context,
+            "eager_ms": eager,
+            "graph_ms": graph,
+            "graph_replayed": column(true).map(|i| measured.replayed[i]),
+            "host_ms": measured.host_medians.iter().map(|d| d.as_secs_f64() * 1e3).collect::<Vec<_>>(),
+            "floor_ms": floor,
+            "weight_bytes": weights,
+            "kv_bytes": kv_bytes,
+            "copy_bandwidth_bytes_per_s": bandwidth,
+            "percent_of_floor": floor.map(|f| f / best * 100.0),
+            "decode_tokens_per_s": tokens_per_s,
+            "prefill_tokens_per_s": measured.prefill_tokens_per_s,
+        });
+        println!("JSON {json}");
+    }
+    Ok(())
+}
+
+fn main() {
+    let outcome = parse_args().and_then(|args| {
+        if args.check {
+            check::run(&args).map(|passed| if passed { 0 } else { 1 })
+        } else {
+            bench(&args).map(|()| 0)
+        }
+    });
+    match outcome {
+        Ok(code) => std::process::exit(code),
+        Err(err) => {
+            eprintln!("step_bench: {err}");
+            std::process::exit(2);
+        }
+    }
+}
