@@ -58,6 +58,6 @@ pub use summary::{
     TokenCounts, TokensBySource,
 };
 pub use validity::{
-    DISPATCH_LAG_P99_INVALID_MS, DISPATCH_LAG_P99_WARN_MS, SEND_RATE_RATIO_MIN, Validity,
-    assess_validity,
+    DISPATCH_LAG_P99_INVALID_MS, DISPATCH_LAG_P99_WARN_MS, MAX_ERROR_RATE_DEFAULT,
+    SEND_RATE_RATIO_MIN, Validity, assess_validity, assess_validity_with_max_error_rate,
 };

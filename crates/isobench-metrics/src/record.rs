@@ -19,6 +19,13 @@ pub enum ErrorKind {
     MalformedEvent,
     /// The server sent an error object inside a 200 stream.
     ServerError,
+    /// A 200 answer ended without any completion chunk with content
+    /// (only `data: [DONE]`, or JSON that is not a completion chunk): vLLM's
+    /// "Never received a valid chunk".
+    NoContent,
+    /// A 200 answer whose content type is not the one asked for
+    /// (`text/event-stream` when streaming, JSON otherwise).
+    WrongContentType,
     /// Interrupted by the user (Ctrl-C) or the end of the run's duration
     /// before it finished.
     Cancelled,
@@ -27,7 +34,7 @@ pub enum ErrorKind {
 impl ErrorKind {
     /// A stable label, used as JSON key and in the terminal table:
     /// `connect`, `timeout`, `http_429`, `stream_cut`, `malformed_event`,
-    /// `server_error`, `cancelled`.
+    /// `server_error`, `no_content`, `wrong_content_type`, `cancelled`.
     pub fn label(&self) -> String {
         match self {
             ErrorKind::Connect => "connect".into(),
@@ -36,6 +43,8 @@ impl ErrorKind {
             ErrorKind::StreamCut => "stream_cut".into(),
             ErrorKind::MalformedEvent => "malformed_event".into(),
             ErrorKind::ServerError => "server_error".into(),
+            ErrorKind::NoContent => "no_content".into(),
+            ErrorKind::WrongContentType => "wrong_content_type".into(),
             ErrorKind::Cancelled => "cancelled".into(),
         }
     }
@@ -87,6 +96,11 @@ pub struct RequestRecord {
     pub output_tokens: u32,
     pub token_source: TokenSource,
     pub error: Option<RequestError>,
+    /// Times the request was sent again, on a new connection, after a
+    /// reused keep-alive connection failed before any byte of the answer
+    /// (0 or 1). The latencies still count from the first send.
+    #[serde(default)]
+    pub retries: u32,
 }
 
 impl RequestRecord {
@@ -104,6 +118,7 @@ impl RequestRecord {
             output_tokens: 0,
             token_source: TokenSource::Events,
             error: None,
+            retries: 0,
         }
     }
 
@@ -176,5 +191,7 @@ mod tests {
     fn error_labels_are_stable() {
         assert_eq!(ErrorKind::HttpStatus(429).label(), "http_429");
         assert_eq!(ErrorKind::MalformedEvent.label(), "malformed_event");
+        assert_eq!(ErrorKind::NoContent.label(), "no_content");
+        assert_eq!(ErrorKind::WrongContentType.label(), "wrong_content_type");
     }
 }

@@ -49,6 +49,8 @@ struct Counts {
     cancelled: u64,
     warmup: u64,
     good: u64,
+    /// Measured requests' retries on a new connection.
+    retries: u64,
     /// Failed and cancelled requests per kind; a handful of entries, so a
     /// linear scan beats a map and allocates only for a kind never seen.
     errors: Vec<(ErrorKind, u64)>,
@@ -112,6 +114,7 @@ impl Recorder {
             return;
         }
         self.span.observe(record);
+        self.counts.retries += u64::from(record.retries);
         self.latency.dispatch_lag.record(record.dispatch_lag_ns());
         if let Some(error) = &record.error {
             self.counts.count_error(error.kind);
@@ -198,6 +201,7 @@ impl Recorder {
                 failed: counts.failed,
                 cancelled: counts.cancelled,
                 warmup: counts.warmup,
+                retries: counts.retries,
                 good: has_slos.then_some(counts.good),
             },
             errors: counts
@@ -356,6 +360,7 @@ impl Counts {
         self.cancelled += other.cancelled;
         self.warmup += other.warmup;
         self.good += other.good;
+        self.retries += other.retries;
         for (kind, n) in &other.errors {
             self.add_errors(*kind, *n);
         }

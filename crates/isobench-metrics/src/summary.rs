@@ -36,13 +36,19 @@ pub struct RequestCounts {
     pub measured: u64,
     pub completed: u64,
     /// Failed for any reason but cancellation (connect, timeout, HTTP status,
-    /// stream cut, malformed event, server error).
+    /// stream cut, malformed event, server error, no content, wrong content
+    /// type).
     pub failed: u64,
     /// Cut by Ctrl-C or the end of the run's duration: not the server's
     /// fault, so outside the goodput denominator.
     pub cancelled: u64,
     /// Warm-up requests, excluded from every other figure.
     pub warmup: u64,
+    /// Measured requests sent a second time, on a new connection, because
+    /// a reused keep-alive connection failed before any byte of the answer.
+    /// Each is also counted once above, by its final outcome.
+    #[serde(default)]
+    pub retries: u64,
     /// Completed requests that met every SLO's per-request threshold;
     /// `None` when the run has no SLOs.
     pub good: Option<u64>,

@@ -21,8 +21,17 @@
 //!   from the send no longer describe the offered load (those from the
 //!   schedule still do). A concurrency cap that holds requests back shows
 //!   up here too, deliberately: the offered rate was not delivered.
-//! - A run without measured requests is invalid; one where none completed,
-//!   or where a latency had to be clamped, gets a warning.
+//! - **Errors.** A run in which every judged request failed, or in which
+//!   the error rate `failed / (completed + failed)` passes the maximum
+//!   ([`MAX_ERROR_RATE_DEFAULT`], 5%, or the caller's), is invalid
+//!   (`too_many_errors`): the latency figures then describe the survivors,
+//!   not the load. Cancelled requests are the run's doing, not the server's,
+//!   and are left out. 5% because beyond it the failures outnumber the p95
+//!   tail: if they are the slow requests (timeouts, overload), every
+//!   percentile from p95 up is unknowable; below it a few transient
+//!   failures (a 429 in a burst) do not void a long run.
+//! - A run without measured requests is invalid; one where none completed
+//!   (all cancelled), or where a latency had to be clamped, gets a warning.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +43,9 @@ pub const SEND_RATE_RATIO_MIN: f64 = 0.99;
 pub const DISPATCH_LAG_P99_WARN_MS: f64 = 1.0;
 /// Dispatch-lag p99 above which a run is invalid, in milliseconds.
 pub const DISPATCH_LAG_P99_INVALID_MS: f64 = 10.0;
+/// Share of judged requests (completed + failed) that may fail before a
+/// run is invalid, unless the caller gives another maximum.
+pub const MAX_ERROR_RATE_DEFAULT: f64 = 0.05;
 
 /// Whether a run measured the load it claims, with the figures behind it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,6 +59,15 @@ pub struct Validity {
     /// Achieved send rate / the nominal offered rate.
     pub achieved_to_offered: Option<f64>,
     pub dispatch_lag_p99_ms: Option<f64>,
+    /// failed / (completed + failed); `None` when no request was judged.
+    #[serde(default)]
+    pub error_rate: Option<f64>,
+    /// The maximum error rate the run was judged against.
+    #[serde(default)]
+    pub max_error_rate: Option<f64>,
+    /// Every judged request failed, or the error rate passed the maximum.
+    #[serde(default)]
+    pub too_many_errors: bool,
     /// Why the run is invalid (empty when valid).
     pub reasons: Vec<String>,
     /// Concerns that do not invalidate the run.
@@ -54,8 +75,18 @@ pub struct Validity {
 }
 
 /// Judges a run from its summary and its nominal offered rate in
-/// requests/s (`None` for a closed loop, where only the lag is checked).
+/// requests/s (`None` for a closed loop, where only the lag is checked),
+/// with the default maximum error rate.
 pub fn assess_validity(summary: &Summary, offered_rate: Option<f64>) -> Validity {
+    assess_validity_with_max_error_rate(summary, offered_rate, MAX_ERROR_RATE_DEFAULT)
+}
+
+/// [`assess_validity`] with another maximum error rate, in [0, 1].
+pub fn assess_validity_with_max_error_rate(
+    summary: &Summary,
+    offered_rate: Option<f64>,
+    max_error_rate: f64,
+) -> Validity {
     let offered_rate = offered_rate.filter(|rate| rate.is_finite() && *rate > 0.0);
     let achieved = summary.sending.achieved_send_rate;
     let scheduled = summary.sending.scheduled_send_rate;
@@ -67,15 +98,19 @@ pub fn assess_validity(summary: &Summary, offered_rate: Option<f64>) -> Validity
         achieved_to_scheduled: achieved.zip(scheduled).map(|(a, s)| a / s),
         achieved_to_offered: achieved.zip(offered_rate).map(|(a, o)| a / o),
         dispatch_lag_p99_ms,
+        error_rate: None,
+        max_error_rate: Some(max_error_rate),
+        too_many_errors: false,
         reasons: Vec::new(),
         warnings: Vec::new(),
     };
     let measured = summary.requests.measured;
+    validity.check_errors(summary, max_error_rate);
     if measured == 0 {
         validity
             .reasons
             .push("no measured request: the run has nothing to report".into());
-    } else if summary.requests.completed == 0 {
+    } else if summary.requests.completed == 0 && summary.requests.failed == 0 {
         validity.warnings.push(format!(
             "none of the {measured} measured requests completed: there are no latency figures"
         ));
@@ -105,6 +140,29 @@ pub fn assess_validity(summary: &Summary, offered_rate: Option<f64>) -> Validity
 }
 
 impl Validity {
+    fn check_errors(&mut self, summary: &Summary, max_error_rate: f64) {
+        let (completed, failed) = (summary.requests.completed, summary.requests.failed);
+        let judged = completed + failed;
+        if judged == 0 {
+            return;
+        }
+        let rate = failed as f64 / judged as f64;
+        self.error_rate = Some(rate);
+        if completed == 0 {
+            self.too_many_errors = true;
+            self.reasons.push(format!(
+                "every one of the {failed} judged requests failed: there is nothing to measure (see `errors` for why)"
+            ));
+        } else if rate > max_error_rate {
+            self.too_many_errors = true;
+            self.reasons.push(format!(
+                "{failed} of {judged} requests failed ({:.1}%, more than the {:.1}% allowed by --max-error-rate): the latencies describe the requests that survived, not the load",
+                rate * 100.0,
+                max_error_rate * 100.0,
+            ));
+        }
+    }
+
     fn check_send_rate(&mut self, offered: f64, measured: u64) {
         let Some(achieved) = self.achieved_send_rate else {
             self.warnings.push(format!(

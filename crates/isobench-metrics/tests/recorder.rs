@@ -359,3 +359,29 @@ fn the_worked_example_in_the_docs() {
     assert_eq!(summary.slos[0].measured_ms, Some(200.0));
     assert!(!summary.slos[0].passed);
 }
+
+/// Retries on a new connection are counted over measured requests, whatever
+/// their outcome, survive a merge, and leave the warm-up's out.
+#[test]
+fn retries_are_counted_for_measured_requests_and_merged() {
+    let mut a = Recorder::new();
+    let mut retried = completed(0, 0, &[10], 20);
+    retried.retries = 1;
+    a.record(&retried);
+    let mut retried_then_failed = failed(0, 0, 30, ErrorKind::Connect);
+    retried_then_failed.retries = 1;
+    a.record(&retried_then_failed);
+    let mut b = Recorder::new();
+    let mut warmup = completed(0, 0, &[5], 6);
+    warmup.warmup = true;
+    warmup.retries = 1;
+    b.record(&warmup);
+    let mut other = completed(0, 0, &[7], 8);
+    other.retries = 1;
+    b.record(&other);
+    a.merge(&b);
+    let summary = a.summarize(Duration::from_secs(1));
+    assert_eq!(summary.requests.retries, 3);
+    assert_eq!(summary.requests.completed, 2);
+    assert_eq!(summary.requests.failed, 1);
+}

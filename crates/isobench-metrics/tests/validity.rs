@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use isobench_metrics::{
-    Percentile, Recorder, RequestRecord, Summary, Verdict, assess_validity, compare_percentile,
+    ErrorKind, MAX_ERROR_RATE_DEFAULT, Percentile, Recorder, RequestError, RequestRecord, Summary,
+    Verdict, assess_validity, assess_validity_with_max_error_rate, compare_percentile,
 };
 
 const US: u64 = 1_000;
@@ -83,6 +84,56 @@ fn a_run_without_requests_is_invalid() {
     assert!(!validity.valid);
     assert!(validity.reasons[0].contains("no measured request"));
     assert!(validity.warnings[0].contains("could not be checked"));
+}
+
+/// `completed` successes and `failed` failures, one every 10 ms.
+fn with_failures(completed: u64, failed: u64) -> Summary {
+    let mut recorder = Recorder::new();
+    for i in 0..completed + failed {
+        let mut record = RequestRecord::new(i, false, i * 10 * MS, 1);
+        record.sent_ns = record.scheduled_ns;
+        record.end_ns = record.sent_ns + 20 * MS;
+        if i < failed {
+            record.error = Some(RequestError {
+                kind: ErrorKind::HttpStatus(500),
+                message: "injected".into(),
+            });
+        } else {
+            record.content_event_ns.push(record.end_ns);
+            record.output_tokens = 1;
+        }
+        recorder.record(&record);
+    }
+    recorder.summarize(Duration::from_secs(1))
+}
+
+#[test]
+fn a_run_where_every_request_failed_is_invalid_whatever_the_maximum() {
+    let validity = assess_validity_with_max_error_rate(&with_failures(0, 10), None, 1.0);
+    assert!(!validity.valid);
+    assert!(validity.too_many_errors);
+    assert_eq!(validity.error_rate, Some(1.0));
+    assert!(
+        validity.reasons[0].contains("every one of the 10"),
+        "{validity:?}"
+    );
+}
+
+#[test]
+fn the_error_rate_is_judged_against_the_maximum() {
+    // 5 of 100 failed: exactly the default maximum, still valid.
+    let validity = assess_validity(&with_failures(95, 5), None);
+    assert!(validity.valid, "{validity:?}");
+    assert_eq!(validity.max_error_rate, Some(MAX_ERROR_RATE_DEFAULT));
+    assert!(!validity.too_many_errors);
+    // 6 of 100: over it.
+    let validity = assess_validity(&with_failures(94, 6), None);
+    assert!(!validity.valid);
+    assert!(validity.too_many_errors);
+    assert!(validity.reasons[0].contains("6 of 100"), "{validity:?}");
+    // A lower maximum from the caller.
+    let validity = assess_validity_with_max_error_rate(&with_failures(99, 1), None, 0.0);
+    assert!(validity.too_many_errors);
 }
 
 /// A run whose TTFTs are `base_ms + i * spread_ms / n` for i in 0..n.
