@@ -38,11 +38,13 @@
 
 pub mod csv;
 mod error;
+pub mod gpu;
 mod report;
 pub mod table;
 pub mod vllm;
 
 pub use error::ReportError;
+pub use gpu::{GpuMeasurement, GpuReport};
 pub use report::{
     PromptTokenSource, Report, RunMeta, SCHEMA_VERSION, TOOL, TOOL_VERSION, format_started_at,
 };

@@ -2,7 +2,8 @@
 //!
 //! A report holds the schema version, the tool's version, the run's
 //! metadata ([`RunMeta`], filled by the binary), the metrics [`Summary`]
-//! (SLO results included), the [`Validity`] verdict, and beside them the
+//! (SLO results included), the [`Validity`] verdict, the optional `gpu`
+//! section ([`crate::gpu`]), and beside them the
 //! flat keys of vLLM's `bench serve` result (`p99_ttft_ms`,
 //! `output_throughput`, ...; see [`crate::vllm`]). docs/report-schema.md
 //! documents every key; docs/report.schema.json is its JSON Schema.
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::ReportError;
+use crate::gpu::{GpuMeasurement, GpuReport};
 use crate::vllm;
 
 /// The version of the JSON layout this crate writes.
@@ -73,6 +75,10 @@ pub struct Report {
     pub run: RunMeta,
     pub summary: Summary,
     pub validity: Validity,
+    /// The GPU the server ran on, its peak memory and energy; only in runs
+    /// that used one (see [`Report::with_gpu`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuReport>,
     /// vLLM-compatible flat keys, derived from the summary.
     #[serde(flatten)]
     pub vllm: Map<String, Value>,
@@ -93,8 +99,16 @@ impl Report {
             run,
             summary,
             validity,
+            gpu: None,
             vllm,
         }
+    }
+
+    /// Adds the `gpu` section, deriving energy per token and mean power
+    /// from the summary.
+    pub fn with_gpu(mut self, measured: GpuMeasurement) -> Self {
+        self.gpu = Some(GpuReport::new(measured, &self.summary));
+        self
     }
 
     /// The report as pretty-printed JSON, with a final newline.

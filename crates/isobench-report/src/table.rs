@@ -4,7 +4,8 @@
 //! Sections, top to bottom: what was run; validity (an invalid run opens
 //! with `!! INVALID RUN` lines, warnings with `warning:`); request counts and
 //! errors by kind; one row per latency metric (n, p50, p90, p95, p99, mean,
-//! max in ms); throughput and goodput; SLO pass/fail; token-count sources.
+//! max in ms); throughput and goodput; SLO pass/fail; the GPU (runs on one);
+//! token-count sources.
 
 use std::fmt::Write;
 
@@ -21,8 +22,35 @@ pub fn render(report: &Report) -> String {
     latencies(&mut out, &report.summary);
     rates(&mut out, &report.summary);
     slos(&mut out, &report.summary);
+    gpu(&mut out, report);
     tokens(&mut out, report);
     out
+}
+
+/// One line about the GPU, when the run used one.
+fn gpu(out: &mut String, report: &Report) {
+    let Some(gpu) = &report.gpu else { return };
+    let m = &gpu.measured;
+    const GIB: f64 = (1u64 << 30) as f64;
+    let energy = match (m.energy_j, gpu.energy_per_output_token_j, gpu.mean_power_w) {
+        (Some(joules), per_token, power) => format!(
+            " · energy {joules:.1} J, {} J/token, {} W mean",
+            per_token.map_or("-".into(), |j| format!("{j:.4}")),
+            power.map_or("-".into(), |w| format!("{w:.0}"))
+        ),
+        (None, ..) => " · energy not reported by this GPU".into(),
+    };
+    let _ = writeln!(
+        out,
+        "gpu       {} (cuda:{}, driver {}) · peak memory {:.1} of {:.1} GiB{energy} · steps {} graph, {} eager",
+        m.name,
+        m.index,
+        m.driver,
+        m.peak_memory_bytes as f64 / GIB,
+        m.memory_total_bytes as f64 / GIB,
+        m.cuda_graph_replays,
+        m.eager_steps
+    );
 }
 
 fn header(out: &mut String, report: &Report) {

@@ -11,7 +11,7 @@ mod common;
 use std::path::PathBuf;
 
 use isobench_metrics::{Recorder, assess_validity};
-use isobench_report::Report;
+use isobench_report::{GpuMeasurement, Report};
 use serde_json::Value;
 
 fn workspace_file(relative: &str) -> PathBuf {
@@ -159,6 +159,85 @@ fn the_validator_catches_missing_undeclared_and_mistyped_keys() {
     json["summary"]["requests"]["completed"] = "many".into();
     let errors = violations(&json);
     assert_eq!(errors.len(), 3, "{errors:#?}");
+}
+
+fn h200(energy_j: Option<f64>) -> GpuMeasurement {
+    GpuMeasurement {
+        name: "NVIDIA H200".into(),
+        index: 0,
+        driver: "580.65.06".into(),
+        memory_total_bytes: 150_754_820_096,
+        peak_memory_bytes: 141_000_000_000,
+        energy_j,
+        cuda_graph_replays: 900,
+        eager_steps: 120,
+    }
+}
+
+#[test]
+fn a_cpu_report_has_no_gpu_section() {
+    let json = json_of(&common::sample_report());
+    assert!(json.get("gpu").is_none(), "{json}");
+}
+
+#[test]
+fn a_gpu_report_matches_the_schema_and_derives_energy_per_token_and_power() {
+    let report = common::sample_report().with_gpu(h200(Some(1234.5)));
+    let json = json_of(&report);
+    let errors = violations(&json);
+    assert!(errors.is_empty(), "{errors:#?}");
+    let gpu = &json["gpu"];
+    let mut keys: Vec<&str> = gpu
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "cuda_graph_replays",
+            "driver",
+            "eager_steps",
+            "energy_j",
+            "energy_per_output_token_j",
+            "index",
+            "mean_power_w",
+            "memory_total_bytes",
+            "name",
+            "peak_memory_bytes",
+        ]
+    );
+    let output = report.summary.tokens.output as f64;
+    assert!(output > 0.0);
+    let close = |value: &Value, expected: f64| {
+        let value = value.as_f64().unwrap();
+        assert!(
+            (value - expected).abs() <= 1e-9 * expected,
+            "{value} != {expected}"
+        );
+    };
+    close(&gpu["energy_per_output_token_j"], 1234.5 / output);
+    close(&gpu["mean_power_w"], 1234.5 / report.summary.window_s);
+    let path = std::path::Path::new("gpu.json");
+    let read = Report::from_json(&report.to_json(), path).unwrap();
+    assert_eq!(read.gpu.unwrap().measured, report.gpu.unwrap().measured);
+
+    let without_energy = common::sample_report().with_gpu(h200(None));
+    let json = json_of(&without_energy);
+    assert_eq!(json["gpu"]["energy_per_output_token_j"], Value::Null);
+    assert_eq!(json["gpu"]["mean_power_w"], Value::Null);
+    let errors = violations(&json);
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn the_validator_catches_a_gpu_section_with_a_missing_key() {
+    let mut json = json_of(&common::sample_report().with_gpu(h200(Some(1.0))));
+    json["gpu"].as_object_mut().unwrap().remove("driver");
+    json["gpu"]["watts"] = 1.0.into();
+    assert_eq!(violations(&json).len(), 2);
 }
 
 /// Every key path of a JSON value, one per line, sorted; arrays as `[]`,

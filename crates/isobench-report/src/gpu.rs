@@ -1,0 +1,62 @@
+//! The optional `gpu` section of a report: the GPU the server ran on, its
+//! peak memory, and the energy it drew over the measured window, with the
+//! figures derived from that energy and the run's summary (joules per
+//! output token, mean power).
+//!
+//! The binary measures a [`GpuMeasurement`] (from the target's `/metrics`,
+//! see docs/gpu.md) and [`GpuReport::new`] derives the rest, so each
+//! derived figure comes from the one record of the energy and the one
+//! record of the tokens and window. Runs that did not use a GPU have no
+//! section.
+
+use isobench_metrics::Summary;
+use serde::{Deserialize, Serialize};
+
+/// What was measured on the GPU during a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuMeasurement {
+    /// The GPU's name, e.g. `NVIDIA H200`.
+    pub name: String,
+    /// Its index (the `N` of `cuda:N`).
+    pub index: u32,
+    /// The NVIDIA driver's version.
+    pub driver: String,
+    pub memory_total_bytes: u64,
+    /// The highest device memory in use (all processes) sampled while the
+    /// server ran, up to the end of the run.
+    pub peak_memory_bytes: u64,
+    /// Energy the GPU drew over the measured window, in joules; `None` when
+    /// the GPU has no energy counter.
+    pub energy_j: Option<f64>,
+    /// Model steps replayed from a CUDA graph during the run (warm-up included).
+    pub cuda_graph_replays: u64,
+    /// Model steps run eagerly during the run (warm-up included).
+    pub eager_steps: u64,
+}
+
+/// The report's `gpu` section: the measurement and what derives from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuReport {
+    #[serde(flatten)]
+    pub measured: GpuMeasurement,
+    /// `energy_j` / output tokens of the measured window's completed requests.
+    pub energy_per_output_token_j: Option<f64>,
+    /// `energy_j` / the measured window's length, in watts.
+    pub mean_power_w: Option<f64>,
+}
+
+impl GpuReport {
+    pub fn new(measured: GpuMeasurement, summary: &Summary) -> Self {
+        let energy = measured.energy_j;
+        let per = |denominator: f64| {
+            energy
+                .filter(|_| denominator > 0.0)
+                .map(|joules| joules / denominator)
+        };
+        Self {
+            energy_per_output_token_j: per(summary.tokens.output as f64),
+            mean_power_w: per(summary.window_s),
+            measured,
+        }
+    }
+}
