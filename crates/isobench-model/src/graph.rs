@@ -64,6 +64,12 @@ struct BucketGraph {
     staging: Vec<u32>,
 }
 
+// SAFETY: a `BucketGraph` is owned by one model, which the engine moves to
+// its own thread; the graph is only used through `&mut self` (never from two
+// threads at once, which is all CUDA asks of graph objects), and `launch`
+// binds the graph's context to the calling thread first.
+unsafe impl Send for BucketGraph {}
+
 /// A bucket's static tensors.
 struct Statics {
     /// Every input of the step, packed in [`HostStep::fields`] order.
