@@ -224,7 +224,12 @@ mod tests {
     fn data(event: &[u8]) -> Vec<u8> {
         let mut decoder = SseDecoder::new();
         decoder.push(event);
-        let data = decoder.next_event().expect("one whole event").data.to_vec();
+        let data = decoder
+            .next_event()
+            .unwrap()
+            .expect("one whole event")
+            .data
+            .to_vec();
         assert!(decoder.pending().is_empty());
         data
     }

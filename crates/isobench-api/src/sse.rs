@@ -6,6 +6,15 @@
 //! event may be split across chunks, or a chunk hold several events) and
 //! take complete events out. It reuses its buffers, so a long stream costs
 //! no allocation per event.
+//!
+//! Cost is linear in the stream's size: a search for an event's end resumes
+//! where the previous one stopped, so an event that arrives in many chunks
+//! is scanned once, not once per chunk. An event larger than the decoder's
+//! cap ([`DEFAULT_MAX_EVENT_BYTES`], 1 MiB, unless set with
+//! [`SseDecoder::with_max_event_bytes`]) is an error as soon as that many
+//! bytes are pending, without waiting for its end: a completion chunk is a
+//! few hundred bytes, and a server sending megabytes without a blank line is
+//! broken or hostile.
 
 /// The payload that ends an OpenAI stream.
 pub const DONE: &[u8] = b"[DONE]";
@@ -24,6 +33,31 @@ pub fn encode_data(payload: &str) -> String {
     out
 }
 
+/// The default cap on one event's size (its lines, without the blank line
+/// that ends it): 1 MiB, thousands of times a real completion chunk.
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 1 << 20;
+
+/// An event passed the decoder's size cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventTooLarge {
+    /// The cap, in bytes.
+    pub limit: usize,
+    /// The event's bytes seen so far (the whole event when it had ended).
+    pub seen: usize,
+}
+
+impl std::fmt::Display for EventTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "an event passed the size cap of {} bytes ({} bytes without its end)",
+            self.limit, self.seen
+        )
+    }
+}
+
+impl std::error::Error for EventTooLarge {}
+
 /// One complete event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SseEvent<'a> {
@@ -41,18 +75,39 @@ impl SseEvent<'_> {
 }
 
 /// Incremental SSE decoder.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SseDecoder {
     buf: Vec<u8>,
     /// Where the next undecoded byte is in `buf`.
     start: usize,
+    /// How many bytes after `start` are known to hold no event end.
+    scanned: usize,
     /// Scratch for events whose data spans several lines.
     joined: Vec<u8>,
+    max_event_bytes: usize,
+}
+
+impl Default for SseDecoder {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl SseDecoder {
+    /// A decoder with the default cap, [`DEFAULT_MAX_EVENT_BYTES`].
     pub fn new() -> Self {
-        Self::default()
+        Self::with_max_event_bytes(DEFAULT_MAX_EVENT_BYTES)
+    }
+
+    /// A decoder that refuses events larger than `max_event_bytes`.
+    pub fn with_max_event_bytes(max_event_bytes: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            start: 0,
+            scanned: 0,
+            joined: Vec::new(),
+            max_event_bytes,
+        }
     }
 
     /// Appends bytes read from the body.
@@ -73,13 +128,31 @@ impl SseDecoder {
     }
 
     /// The next complete event, if one has arrived. Events without a `data:`
-    /// line (comments, keep-alives) are skipped.
-    pub fn next_event(&mut self) -> Option<SseEvent<'_>> {
+    /// line (comments, keep-alives) are skipped. An event (complete or not)
+    /// larger than the cap is an error; the stream cannot go on after it.
+    pub fn next_event(&mut self) -> Result<Option<SseEvent<'_>>, EventTooLarge> {
         loop {
             let rest = &self.buf[self.start..];
-            let (block_len, sep_len) = find_event_end(rest)?;
+            let too_large = |seen| EventTooLarge {
+                limit: self.max_event_bytes,
+                seen,
+            };
+            let Some((block_len, sep_len)) = find_event_end(rest, self.scanned) else {
+                // Up to 3 of the pending bytes may be the start of the
+                // separator (`\r\n\r`), which is not part of the event.
+                if rest.len() > self.max_event_bytes + 3 {
+                    return Err(too_large(rest.len()));
+                }
+                // A newline in the last two bytes may still become a separator.
+                self.scanned = rest.len().saturating_sub(2);
+                return Ok(None);
+            };
+            if block_len > self.max_event_bytes {
+                return Err(too_large(block_len));
+            }
             let block_start = self.start;
             self.start += block_len + sep_len;
+            self.scanned = 0;
             let block = &self.buf[block_start..block_start + block_len];
 
             let mut event = None;
@@ -107,14 +180,16 @@ impl SseDecoder {
             }
             let Some(first) = first else { continue };
             let data = if many { &self.joined[..] } else { first };
-            return Some(SseEvent { event, data });
+            return Ok(Some(SseEvent { event, data }));
         }
     }
 }
 
-/// Length of the first event block and of the blank-line separator after it.
-fn find_event_end(bytes: &[u8]) -> Option<(usize, usize)> {
-    let mut i = 0;
+/// Length of the first event block and of the blank-line separator after
+/// it, searching from `from` (every separator that starts before it is
+/// known to be absent).
+fn find_event_end(bytes: &[u8], from: usize) -> Option<(usize, usize)> {
+    let mut i = from;
     while i < bytes.len() {
         let nl = i + memchr_newline(&bytes[i..])?;
         let after = nl + 1;
@@ -156,7 +231,7 @@ mod tests {
 
     fn drain(dec: &mut SseDecoder) -> Vec<String> {
         let mut out = Vec::new();
-        while let Some(ev) = dec.next_event() {
+        while let Some(ev) = dec.next_event().unwrap() {
             out.push(String::from_utf8(ev.data.to_vec()).unwrap());
         }
         out
@@ -184,20 +259,20 @@ mod tests {
     fn crlf_multiline_data_and_event_names() {
         let mut dec = SseDecoder::new();
         dec.push(b"event: error\r\ndata: line1\r\ndata:line2\r\n\r\ndata: x\n\n");
-        let ev = dec.next_event().unwrap();
+        let ev = dec.next_event().unwrap().unwrap();
         assert_eq!(ev.event, Some(&b"error"[..]));
         assert_eq!(ev.data, b"line1\nline2");
-        let ev = dec.next_event().unwrap();
+        let ev = dec.next_event().unwrap().unwrap();
         assert_eq!(ev.data, b"x");
         assert!(!ev.is_done());
-        assert!(dec.next_event().is_none());
+        assert!(dec.next_event().unwrap().is_none());
     }
 
     #[test]
     fn incomplete_event_stays_pending() {
         let mut dec = SseDecoder::new();
         dec.push(b"data: {\"partial\":");
-        assert!(dec.next_event().is_none());
+        assert!(dec.next_event().unwrap().is_none());
         assert_eq!(dec.pending(), b"data: {\"partial\":");
     }
 
@@ -206,7 +281,42 @@ mod tests {
         let mut dec = SseDecoder::new();
         dec.push(encode_data("{\"k\":\"v\"}").as_bytes());
         dec.push(encode_data("[DONE]").as_bytes());
-        assert_eq!(dec.next_event().unwrap().data, b"{\"k\":\"v\"}");
-        assert!(dec.next_event().unwrap().is_done());
+        assert_eq!(dec.next_event().unwrap().unwrap().data, b"{\"k\":\"v\"}");
+        assert!(dec.next_event().unwrap().unwrap().is_done());
+    }
+
+    #[test]
+    fn an_event_over_the_cap_fails_before_its_end_arrives() {
+        let mut dec = SseDecoder::with_max_event_bytes(64);
+        dec.push(b"data: small\n\n");
+        assert_eq!(dec.next_event().unwrap().unwrap().data, b"small");
+        dec.push(&[b'x'; 60]);
+        assert!(dec.next_event().unwrap().is_none());
+        dec.push(&[b'x'; 10]);
+        assert_eq!(
+            dec.next_event().unwrap_err(),
+            EventTooLarge {
+                limit: 64,
+                seen: 70
+            }
+        );
+        // A complete event over the cap, in one piece, fails too.
+        let mut dec = SseDecoder::with_max_event_bytes(8);
+        dec.push(b"data: 0123456789\n\n");
+        assert_eq!(dec.next_event().unwrap_err().seen, 16);
+    }
+
+    #[test]
+    fn a_separator_split_over_pushes_after_a_long_scan_is_found() {
+        // The resumed search must re-read the newline at the end of a chunk.
+        for tail in [&b"\n"[..], b"\r\n", b"\r"] {
+            let mut dec = SseDecoder::new();
+            dec.push(b"data: ");
+            dec.push(&[b'a'; 5000]);
+            dec.push(tail);
+            assert!(dec.next_event().unwrap().is_none());
+            dec.push(if tail == b"\r" { b"\n\r\n" } else { b"\n" });
+            assert_eq!(dec.next_event().unwrap().unwrap().data.len(), 5000);
+        }
     }
 }

@@ -59,6 +59,17 @@ pub enum LoadgenError {
         server_message: Option<String>,
     },
 
+    /// Preflight: the endpoint answered with a redirect, which isobench
+    /// does not follow.
+    #[error(
+        "the endpoint at {url} redirects (HTTP {status} to {location}); isobench does not follow redirects (a POST replayed elsewhere would measure another endpoint): pass the final address as --target"
+    )]
+    Redirected {
+        url: String,
+        status: u16,
+        location: String,
+    },
+
     /// Preflight: any other unexpected answer.
     #[error("preflight request {method} {url} failed with HTTP {status}: {message}")]
     Preflight {
@@ -91,6 +102,7 @@ impl LoadgenError {
             LoadgenError::Unreachable { .. } => "unreachable",
             LoadgenError::KeyRefused { .. } => "key_refused",
             LoadgenError::UnknownModel { .. } => "unknown_model",
+            LoadgenError::Redirected { .. } => "redirected",
             LoadgenError::Preflight { .. } => "preflight",
             LoadgenError::RequestLog { .. } => "request_log",
             LoadgenError::Thread(_) => "thread",

@@ -3,7 +3,8 @@
 //!
 //! `GET /v1/models` answers all three at once (and lists the models to
 //! suggest when the name is wrong). Servers that do not serve it get one
-//! non-streamed request for a single token instead.
+//! non-streamed request for a single token instead. A redirect is an error
+//! that names where it points: requests are never redirected during a run.
 
 use std::time::Duration;
 
@@ -51,6 +52,7 @@ impl HttpBackend {
             .await
             .map_err(|e| self.unreachable(&e))?;
         let status = response.status();
+        refuse_redirect(&response)?;
         let body = self.body_of(response).await?;
         refuse_credentials(status, &models_url, &body)?;
         if status.is_success()
@@ -90,6 +92,7 @@ impl HttpBackend {
             .await
             .map_err(|e| self.unreachable(&e))?;
         let status = response.status();
+        refuse_redirect(&response)?;
         if status.is_success() {
             return Ok(PreflightInfo {
                 check: PreflightCheck::ProbeRequest,
@@ -128,6 +131,22 @@ impl HttpBackend {
             reason: error_chain(error),
         }
     }
+}
+
+fn refuse_redirect(response: &reqwest::Response) -> Result<(), LoadgenError> {
+    let status = response.status();
+    if !status.is_redirection() {
+        return Ok(());
+    }
+    let location = response
+        .headers()
+        .get(http::header::LOCATION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    Err(LoadgenError::Redirected {
+        url: response.url().to_string(),
+        status: status.as_u16(),
+        location: location.unwrap_or_else(|| "(no Location header)".to_owned()),
+    })
 }
 
 fn refuse_credentials(status: StatusCode, url: &str, body: &[u8]) -> Result<(), LoadgenError> {

@@ -9,7 +9,7 @@
 //! `{"index":3,"warmup":false,"scheduled_ns":..,"sent_ns":..,"end_ns":..,
 //! "dispatch_lag_ms":0.012,"ttft_ms":20.1,"e2e_ms":52.3,"tpot_ms":2.01,
 //! "input_tokens":24,"output_tokens":16,"token_source":"usage","events":16,
-//! "error":null,"itl_ms":[2.0,...],"event_tokens":[1,...]}`
+//! "retries":0,"error":null,"itl_ms":[2.0,...],"event_tokens":[1,...]}`
 //! (`error` is `{"kind":"http_429","message":"..."}` for a failure;
 //! `event_tokens` only when tokens per event are known).
 
@@ -111,6 +111,7 @@ struct LogLine<'a> {
     output_tokens: u32,
     token_source: TokenSource,
     events: usize,
+    retries: u32,
     error: Option<LogError<'a>>,
     itl_ms: Gaps<'a>,
     #[serde(skip_serializing_if = "<[u32]>::is_empty")]
@@ -139,6 +140,7 @@ impl<'a> From<&'a RequestRecord> for LogLine<'a> {
             output_tokens: r.output_tokens,
             token_source: r.token_source,
             events: r.content_event_ns.len(),
+            retries: r.retries,
             error: r.error.as_ref().map(|e| LogError {
                 kind: e.kind.label(),
                 message: &e.message,

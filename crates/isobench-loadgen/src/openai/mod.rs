@@ -6,8 +6,14 @@
 //! serializes each body into a ready `reqwest::Request` on the pacing
 //! thread; [`Backend::send`] stamps `sent_ns`, hands the request to the
 //! client, and reads the answer into the record ([`response`]).
+//!
+//! Redirects are never followed: a 3xx is recorded as `http_3NN` (a POST
+//! replayed as a GET elsewhere would measure another endpoint). A request
+//! lost by a reused keep-alive connection before any byte of its answer is
+//! sent once more on a new connection ([`retry`]).
 
 mod response;
+mod retry;
 
 use std::fmt;
 use std::sync::Arc;
@@ -48,6 +54,10 @@ pub struct HttpBackendConfig {
     pub api_key: Option<String>,
     /// Per-request limit from send to the end of the answer. Default: 300 s.
     pub timeout: Duration,
+    /// The largest SSE event accepted, in bytes; a larger one fails the
+    /// request as `malformed_event`. Default:
+    /// [`DEFAULT_MAX_EVENT_BYTES`](isobench_api::sse::DEFAULT_MAX_EVENT_BYTES) (1 MiB).
+    pub max_event_bytes: usize,
     /// HTTP/2: prior knowledge for `http://`, negotiated by ALPN for
     /// `https://`. Default: false (HTTP/1.1 only).
     pub http2: bool,
@@ -76,6 +86,7 @@ impl HttpBackendConfig {
             extra_body: serde_json::Map::new(),
             api_key: None,
             timeout: Duration::from_secs(300),
+            max_event_bytes: isobench_api::sse::DEFAULT_MAX_EVENT_BYTES,
             http2: false,
             sampling: SamplingParams::default(),
             continuous_usage: false,
@@ -95,6 +106,7 @@ impl fmt::Debug for HttpBackendConfig {
             .field("extra_body", &self.extra_body)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("timeout", &self.timeout)
+            .field("max_event_bytes", &self.max_event_bytes)
             .field("http2", &self.http2)
             .field("sampling", &self.sampling)
             .field("continuous_usage", &self.continuous_usage)
@@ -109,6 +121,10 @@ impl fmt::Debug for HttpBackendConfig {
 /// The HTTP backend: one pooled client, one validated endpoint.
 pub struct HttpBackend {
     client: reqwest::Client,
+    /// A client that never reuses a connection, for retries.
+    fresh_client: reqwest::Client,
+    answered: retry::AnsweredConnections,
+    max_event_bytes: usize,
     /// Where the API lives, without a trailing slash (`http://h:1/v1`).
     api_base: String,
     endpoint: Url,
@@ -149,25 +165,14 @@ impl HttpBackend {
         };
         let endpoint = parse_url(&config.base_url, &format!("{api_base}/{path}"))?;
         let headers = build_headers(&config.headers, config.api_key.as_deref())?;
-
-        let mut builder = reqwest::Client::builder()
-            .user_agent(concat!("isobench/", env!("CARGO_PKG_VERSION")))
-            .no_proxy()
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(usize::MAX)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .connect_timeout(config.timeout.min(Duration::from_secs(10)));
-        builder = match (config.http2, endpoint.scheme()) {
-            (true, "http") => builder.http2_prior_knowledge(),
-            (true, _) => builder,
-            (false, _) => builder.http1_only(),
-        };
-        let client = builder
-            .build()
-            .map_err(|e| LoadgenError::Client(error_chain(&e)))?;
+        let client = build_client(&config, &endpoint, usize::MAX)?;
+        let fresh_client = build_client(&config, &endpoint, 0)?;
 
         Ok(Self {
             client,
+            fresh_client,
+            answered: retry::AnsweredConnections::default(),
+            max_event_bytes: config.max_event_bytes,
             api_base,
             endpoint,
             headers,
@@ -189,6 +194,18 @@ impl HttpBackend {
 
     pub(crate) fn client(&self) -> &reqwest::Client {
         &self.client
+    }
+
+    pub(crate) fn fresh_client(&self) -> &reqwest::Client {
+        &self.fresh_client
+    }
+
+    pub(crate) fn answered(&self) -> &retry::AnsweredConnections {
+        &self.answered
+    }
+
+    pub(crate) fn max_event_bytes(&self) -> usize {
+        self.max_event_bytes
     }
 
     pub(crate) fn api_base(&self) -> &str {
@@ -285,6 +302,31 @@ impl Backend for HttpBackend {
             response::drain(body).await;
         }
     }
+}
+
+/// A client for `endpoint` that keeps at most `max_idle` idle connections
+/// (0: a new connection for every request) and follows no redirect.
+fn build_client(
+    config: &HttpBackendConfig,
+    endpoint: &Url,
+    max_idle: usize,
+) -> Result<reqwest::Client, LoadgenError> {
+    let mut builder = reqwest::Client::builder()
+        .user_agent(concat!("isobench/", env!("CARGO_PKG_VERSION")))
+        .no_proxy()
+        .tcp_nodelay(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(max_idle)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .connect_timeout(config.timeout.min(Duration::from_secs(10)));
+    builder = match (config.http2, endpoint.scheme()) {
+        (true, "http") => builder.http2_prior_knowledge(),
+        (true, _) => builder,
+        (false, _) => builder.http1_only(),
+    };
+    builder
+        .build()
+        .map_err(|e| LoadgenError::Client(error_chain(&e)))
 }
 
 /// The API base URL: `base_url` without its trailing slash, with `/v1`

@@ -7,10 +7,17 @@
 //! preallocated, so a stream costs no allocation, lock or channel message
 //! per token in this code.
 //!
-//! How a stream can end:
-//! - `data: [DONE]`, or the body ends after a `finish_reason`: success;
+//! How an answer can end:
+//! - a status other than 2xx (3xx included: redirects are not followed):
+//!   [`ErrorKind::HttpStatus`];
+//! - a 2xx whose content type is not `text/event-stream` (streaming) or
+//!   JSON (whole): [`ErrorKind::WrongContentType`];
+//! - `data: [DONE]`, or the body ends after a `finish_reason`: success,
+//!   when at least one event carried content; else [`ErrorKind::NoContent`]
+//!   (nothing to time: vLLM's "Never received a valid chunk");
 //! - the body ends (or breaks) before either: [`ErrorKind::StreamCut`];
-//! - an event that is not JSON: [`ErrorKind::MalformedEvent`];
+//! - an event that is not JSON, or larger than the event size cap:
+//!   [`ErrorKind::MalformedEvent`];
 //! - an `{"error": ...}` event: [`ErrorKind::ServerError`].
 
 use std::time::Duration;
@@ -40,7 +47,7 @@ pub(super) async fn exchange(
     clock: Clock,
     record: &mut RequestRecord,
 ) -> Option<reqwest::Response> {
-    let response = match backend.client().execute(request).await {
+    let response = match send(backend, request, record).await {
         Ok(response) => response,
         Err(error) => {
             let kind = if error.is_timeout() {
@@ -54,10 +61,24 @@ pub(super) async fn exchange(
     };
     let status = response.status();
     if !status.is_success() {
-        let message = error_message(response).await;
+        let mut message = error_message(response.headers().clone(), response).await;
+        if status.is_redirection() {
+            message = format!("a redirect, not followed: {message}");
+        }
         fail(
             record,
             ErrorKind::HttpStatus(status.as_u16()),
+            &message,
+            clock.now_ns(),
+        );
+        return None;
+    }
+    if let Err(message) = check_content_type(&response, backend.stream()) {
+        let body = error_message(http::HeaderMap::new(), response).await;
+        let message = format!("{message}; the body starts: {body}");
+        fail(
+            record,
+            ErrorKind::WrongContentType,
             &message,
             clock.now_ns(),
         );
@@ -69,6 +90,61 @@ pub(super) async fn exchange(
         read_whole(backend, response, clock, record).await;
         None
     }
+}
+
+/// Sends `request` on the pooled client; when a reused connection loses it
+/// before any byte of the answer, once more on a new connection
+/// ([`super::retry`]).
+async fn send(
+    backend: &HttpBackend,
+    request: reqwest::Request,
+    record: &mut RequestRecord,
+) -> Result<reqwest::Response, reqwest::Error> {
+    let again = request.try_clone();
+    let error = match backend.client().execute(request).await {
+        Ok(response) => {
+            backend.answered().note(&response);
+            return Ok(response);
+        }
+        Err(error) => error,
+    };
+    match again {
+        Some(again) if backend.answered().lost_on_reused(&error) => {
+            record.retries += 1;
+            backend.fresh_client().execute(again).await
+        }
+        _ => Err(error),
+    }
+}
+
+/// Whether the answer's content type is the one asked for: SSE when
+/// streaming, JSON (`application/json` or `+json`) otherwise. Parameters
+/// (`; charset=utf-8`) and case do not matter.
+fn check_content_type(response: &reqwest::Response, stream: bool) -> Result<(), String> {
+    let given = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let essence = given
+        .as_deref()
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    let (accepted, expected) = if stream {
+        (essence == "text/event-stream", "text/event-stream")
+    } else {
+        let json = essence == "application/json"
+            || (essence.starts_with("application/") && essence.ends_with("+json"));
+        (json, "application/json")
+    };
+    if accepted {
+        return Ok(());
+    }
+    let what = if stream { "streamed" } else { "whole" };
+    Err(match given {
+        Some(given) => format!("a {what} answer must be {expected}, got `{given}`"),
+        None => format!("a {what} answer must be {expected}, got no Content-Type"),
+    })
 }
 
 /// Reads what is left of a body whose answer is complete, for at most
@@ -107,7 +183,7 @@ async fn read_stream(
     clock: Clock,
     record: &mut RequestRecord,
 ) -> Option<reqwest::Response> {
-    let mut decoder = SseDecoder::new();
+    let mut decoder = SseDecoder::with_max_event_bytes(backend.max_event_bytes());
     if backend.continuous_usage() {
         let expected = record.content_event_ns.capacity();
         record.event_tokens.reserve(expected);
@@ -139,7 +215,16 @@ async fn read_stream(
         };
         let now = clock.now_ns();
         decoder.push(&chunk);
-        while let Some(event) = decoder.next_event() {
+        loop {
+            let event = match decoder.next_event() {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                Err(too_large) => {
+                    let message = format!("{too_large}; raise it with --max-event-bytes");
+                    fail(record, ErrorKind::MalformedEvent, &message, now);
+                    return None;
+                }
+            };
             if event.is_done() {
                 state.done = true;
                 break;
@@ -150,9 +235,7 @@ async fn read_stream(
             }
         }
         if state.done {
-            record.end_ns = now;
-            finish_tokens(backend, &state, record);
-            return Some(response);
+            return complete_stream(backend, &state, record, now).then_some(response);
         }
     }
     let now = clock.now_ns();
@@ -161,9 +244,26 @@ async fn read_stream(
         fail(record, ErrorKind::StreamCut, message, now);
         return None;
     }
-    record.end_ns = now;
-    finish_tokens(backend, &state, record);
+    complete_stream(backend, &state, record, now);
     None
+}
+
+/// Ends a stream that finished at `now`: a success when an event carried
+/// content, else [`ErrorKind::NoContent`]. Returns whether it succeeded.
+fn complete_stream(
+    backend: &HttpBackend,
+    state: &StreamState,
+    record: &mut RequestRecord,
+    now: u64,
+) -> bool {
+    if record.content_event_ns.is_empty() {
+        let message = "the stream ended without a completion chunk carrying text (never received a valid chunk)";
+        fail(record, ErrorKind::NoContent, message, now);
+        return false;
+    }
+    record.end_ns = now;
+    finish_tokens(backend, state, record);
+    true
 }
 
 /// Parses one event's payload (or a whole body), turning an in-band error
@@ -287,6 +387,11 @@ async fn read_whole(
         Ok(view) => view,
         Err((kind, message)) => return fail(record, kind, &message, now),
     };
+    if view.content().is_empty() {
+        let shown = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+        let message = format!("the answer carries no completion text: {shown}");
+        return fail(record, ErrorKind::NoContent, &message, now);
+    }
     record.content_event_ns.push(now);
     record.end_ns = now;
     let counted = match (view.usage, backend.token_counter()) {
@@ -305,13 +410,17 @@ async fn read_whole(
 }
 
 /// The message of an error answer: the OpenAI error body's `message` when
-/// there is one, else the start of the body; `Retry-After` when given.
-async fn error_message(mut response: reqwest::Response) -> String {
-    let retry_after = response
-        .headers()
-        .get(http::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+/// there is one, else the start of the body; from `headers`, `Retry-After`
+/// and `Location` when given.
+async fn error_message(headers: http::HeaderMap, mut response: reqwest::Response) -> String {
+    let header = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &http::HeaderValue| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let retry_after = header(http::header::RETRY_AFTER);
+    let location = header(http::header::LOCATION);
     let mut body = Vec::new();
     while body.len() < ERROR_BODY_LIMIT {
         match response.chunk().await {
@@ -328,6 +437,9 @@ async fn error_message(mut response: reqwest::Response) -> String {
     }
     if let Some(seconds) = retry_after {
         message.push_str(&format!(" (Retry-After: {seconds})"));
+    }
+    if let Some(location) = location {
+        message.push_str(&format!(" (Location: {location})"));
     }
     message
 }
