@@ -1,6 +1,10 @@
 //! Server configuration: the validated [`ServerConfig`] the server runs
 //! with, and [`ServerArgs`], the raw command-line flags (clap derive, with
-//! `ISOBENCH_*` environment fallbacks) that turn into one.
+//! `ISOBENCH_*` environment fallbacks) that turn into one. [`EngineArgs`]
+//! are the flags of the engine itself (device, dtype, CUDA graphs, KV pool
+//! size): `isobench serve` has them inside [`ServerArgs`], and `isobench
+//! run` flattens the same struct for its embedded server, so both commands
+//! share one definition and one set of defaults.
 //!
 //! Every knob has a documented default, so `ServerConfig::new(model_path)`
 //! is a complete configuration; [`ServerArgs::into_config`] rejects
@@ -18,8 +22,17 @@ use crate::error::ServerError;
 
 /// Default `--block-size`: tokens per KV-cache block.
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;
-/// Default KV pool budget when neither `--kv-blocks` nor `--kv-memory` is given.
+/// Default KV pool budget on the CPU when neither `--kv-blocks` nor
+/// `--kv-memory` is given.
 pub const DEFAULT_KV_MEMORY: ByteSize = ByteSize(512 * 1024 * 1024);
+/// Default `--gpu-memory-fraction`: on CUDA, the share of the device's free
+/// memory (after loading the weights) that the KV pool takes.
+pub const DEFAULT_GPU_MEMORY_FRACTION: f64 = 0.9;
+/// The largest `--gpu-memory-fraction`: the rest is kept for activations,
+/// cuBLAS workspaces and CUDA-graph memory.
+pub const MAX_GPU_MEMORY_FRACTION: f64 = 0.95;
+/// Default `--device`.
+pub const DEFAULT_DEVICE: &str = "cpu";
 /// Default `--max-waiting`: requests queued for admission before 429.
 pub const DEFAULT_MAX_WAITING: usize = 1024;
 /// Default `--max-batch-size` of the static and dynamic policies.
@@ -57,8 +70,14 @@ pub struct ServerConfig {
     /// Environment variable holding the API key; when it is set and not
     /// empty, `/v1/*` requests must send `Authorization: Bearer <key>`.
     pub api_key_env: String,
+    /// Device the model runs on: `cpu`, `cuda` or `cuda:N` (parsed by
+    /// [`isobench_model::parse_device`] when the server starts).
+    pub device: String,
     /// Compute dtype; the model's default (f32 on CPU) when `None`.
     pub dtype: Option<DTypeArg>,
+    /// CUDA graphs for decode steps; `None` is on. Ignored on the CPU (with
+    /// an info log when set).
+    pub cuda_graphs: Option<bool>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
 }
@@ -73,11 +92,13 @@ impl ServerConfig {
             port: 8000,
             batching: BatchingConfig::default(),
             block_size: DEFAULT_BLOCK_SIZE,
-            kv_pool: KvPoolSize::Memory(DEFAULT_KV_MEMORY),
+            kv_pool: KvPoolSize::Auto,
             max_waiting: DEFAULT_MAX_WAITING,
             max_model_len: None,
             api_key_env: DEFAULT_API_KEY_ENV.to_owned(),
+            device: DEFAULT_DEVICE.to_owned(),
             dtype: None,
+            cuda_graphs: None,
             max_body_bytes: DEFAULT_MAX_BODY.0 as usize,
         }
     }
@@ -103,6 +124,16 @@ impl ServerConfig {
                 return Err(bad(
                     "--kv-memory",
                     "got 0 bytes; accepted: a size such as 512MiB".into(),
+                ));
+            }
+            KvPoolSize::DeviceFraction(fraction)
+                if !(fraction > 0.0 && fraction <= MAX_GPU_MEMORY_FRACTION) =>
+            {
+                return Err(bad(
+                    "--gpu-memory-fraction",
+                    format!(
+                        "got {fraction}; accepted: a number above 0 and at most {MAX_GPU_MEMORY_FRACTION}, e.g. 0.9"
+                    ),
                 ));
             }
             _ => {}
@@ -253,13 +284,80 @@ impl fmt::Display for BatchingKind {
 }
 
 /// How big the KV block pool is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KvPoolSize {
+    /// The device's default: [`DEFAULT_KV_MEMORY`] on the CPU,
+    /// [`DEFAULT_GPU_MEMORY_FRACTION`] of the free memory on CUDA.
+    Auto,
     /// Exactly this many blocks.
     Blocks(u32),
     /// As many blocks as fit in this many bytes of cache.
     Memory(ByteSize),
+    /// CUDA only: as many blocks as fit in this share of the device's free
+    /// memory, measured after the weights are loaded.
+    DeviceFraction(f64),
 }
+
+/// The `--cuda-graphs` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Toggle {
+    On,
+    Off,
+}
+
+/// The engine's flags: device, dtype, CUDA graphs and the KV pool size.
+/// [`ServerArgs`] flattens them for `isobench serve`, and `isobench run`
+/// for its embedded server.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
+pub struct EngineArgs {
+    /// Device: cpu, cuda (the first GPU) or cuda:N [default: cpu]. CUDA needs
+    /// a build with --features cuda (docs/gpu.md).
+    #[arg(long, env = "ISOBENCH_DEVICE", value_name = "DEVICE")]
+    pub device: Option<String>,
+    /// Compute and KV-cache dtype [default: f32 on the CPU, the checkpoint's
+    /// torch_dtype on CUDA].
+    #[arg(long, value_enum)]
+    pub dtype: Option<DTypeArg>,
+    /// CUDA graphs for decode steps [default: on]; ignored on the CPU.
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub cuda_graphs: Option<Toggle>,
+    /// CUDA: the share of the device's free memory, after loading the
+    /// weights, that the KV pool takes; above 0, at most 0.95 [default: 0.9].
+    #[arg(long, value_name = "F", conflicts_with_all = ["kv_blocks", "kv_memory"])]
+    pub gpu_memory_fraction: Option<f64>,
+    /// KV pool size in blocks (instead of --kv-memory or --gpu-memory-fraction).
+    #[arg(long, value_name = "N", conflicts_with = "kv_memory")]
+    pub kv_blocks: Option<u32>,
+    /// KV pool size as a memory budget, e.g. 512MiB or 2GiB [default: 512MiB
+    /// on the CPU, --gpu-memory-fraction on CUDA].
+    #[arg(long, value_name = "SIZE")]
+    pub kv_memory: Option<ByteSize>,
+}
+
+impl EngineArgs {
+    /// Writes these flags into `config`, leaving its values where a flag is
+    /// not given; the caller validates the result.
+    pub fn apply(&self, config: &mut ServerConfig) {
+        if let Some(device) = &self.device {
+            config.device = device.trim().to_owned();
+        }
+        if self.dtype.is_some() {
+            config.dtype = self.dtype;
+        }
+        if let Some(toggle) = self.cuda_graphs {
+            config.cuda_graphs = Some(toggle == Toggle::On);
+        }
+        match (self.kv_blocks, self.kv_memory, self.gpu_memory_fraction) {
+            (Some(blocks), _, _) => config.kv_pool = KvPoolSize::Blocks(blocks),
+            (None, Some(bytes), _) => config.kv_pool = KvPoolSize::Memory(bytes),
+            (None, None, Some(fraction)) => {
+                config.kv_pool = KvPoolSize::DeviceFraction(fraction);
+            }
+            (None, None, None) => {}
+        }
+    }
+}
+
 
 /// The `--dtype` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -364,12 +462,6 @@ pub struct ServerArgs {
     /// Tokens per KV-cache block.
     #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
     pub block_size: u32,
-    /// KV pool size in blocks (instead of --kv-memory).
-    #[arg(long, conflicts_with = "kv_memory")]
-    pub kv_blocks: Option<u32>,
-    /// KV pool size as a memory budget, e.g. 512MiB or 2GiB [default: 512MiB].
-    #[arg(long)]
-    pub kv_memory: Option<ByteSize>,
     /// Requests waiting for admission before new ones get HTTP 429.
     #[arg(long, default_value_t = DEFAULT_MAX_WAITING)]
     pub max_waiting: usize,
@@ -379,9 +471,8 @@ pub struct ServerArgs {
     /// Environment variable holding the API key; when set, requests must send it as a bearer token.
     #[arg(long, default_value = DEFAULT_API_KEY_ENV)]
     pub api_key_env: String,
-    /// Compute dtype [default: the model's, f32 on CPU].
-    #[arg(long, value_enum)]
-    pub dtype: Option<DTypeArg>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Largest request body accepted, e.g. 4MiB.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY)]
     pub max_body: ByteSize,
@@ -391,29 +482,23 @@ impl ServerArgs {
     /// The validated configuration these flags describe.
     pub fn into_config(self) -> Result<ServerConfig, ServerError> {
         let batching = self.batching_config()?;
-        let kv_pool = match (self.kv_blocks, self.kv_memory) {
-            (Some(blocks), _) => KvPoolSize::Blocks(blocks),
-            (None, Some(bytes)) => KvPoolSize::Memory(bytes),
-            (None, None) => KvPoolSize::Memory(DEFAULT_KV_MEMORY),
-        };
         let max_body_bytes = usize::try_from(self.max_body.0).map_err(|_| ServerError::Config {
             flag: "--max-body",
             message: format!("{} is too large for this machine", self.max_body),
         })?;
-        let config = ServerConfig {
-            model: self.model,
+        let mut config = ServerConfig {
             served_model_name: self.served_model_name,
             host: self.host,
             port: self.port,
             batching,
             block_size: self.block_size,
-            kv_pool,
             max_waiting: self.max_waiting,
             max_model_len: self.max_model_len,
             api_key_env: self.api_key_env,
-            dtype: self.dtype,
             max_body_bytes,
+            ..ServerConfig::new(self.model)
         };
+        self.engine.apply(&mut config);
         config.validate()?;
         Ok(config)
     }
@@ -521,6 +606,44 @@ mod tests {
         assert!(err.contains("--max-num-batched-tokens"), "{err}");
         let err = parse(&["--kv-blocks", "4", "--kv-memory", "1MiB"]).unwrap_err();
         assert!(err.contains("--kv-memory"), "{err}");
+    }
+
+    #[test]
+    fn engine_flags_are_parsed() {
+        let config = parse(&[
+            "--device",
+            "cuda:1",
+            "--dtype",
+            "bf16",
+            "--cuda-graphs",
+            "off",
+            "--gpu-memory-fraction",
+            "0.5",
+        ])
+        .unwrap();
+        assert_eq!(config.device, "cuda:1");
+        assert_eq!(config.dtype, Some(DTypeArg::Bf16));
+        assert_eq!(config.cuda_graphs, Some(false));
+        assert_eq!(config.kv_pool, KvPoolSize::DeviceFraction(0.5));
+        let config = parse(&["--kv-blocks", "12"]).unwrap();
+        assert_eq!(config.kv_pool, KvPoolSize::Blocks(12));
+        assert_eq!(config.device, "cpu");
+        assert_eq!(config.cuda_graphs, None);
+    }
+
+    #[test]
+    fn bad_engine_flags_name_the_flag_and_what_is_accepted() {
+        for fraction in ["0", "0.96", "-0.5", "NaN"] {
+            let err = parse(&["--gpu-memory-fraction", fraction]).unwrap_err();
+            assert!(
+                err.contains("--gpu-memory-fraction") && err.contains("at most 0.95"),
+                "{fraction}: {err}"
+            );
+        }
+        let err = parse(&["--gpu-memory-fraction", "0.5", "--kv-blocks", "4"]).unwrap_err();
+        assert!(err.contains("--kv-blocks"), "{err}");
+        let err = parse(&["--cuda-graphs", "maybe"]).unwrap_err();
+        assert!(err.contains("on") && err.contains("off"), "{err}");
     }
 
     #[test]

@@ -15,6 +15,10 @@
 //! With nothing to do the thread sleeps in `recv` (or until the dynamic
 //! policy's deadline). It exits once every handle is dropped and the last
 //! sequence is done.
+//!
+//! Each model step is recorded in the [`Metrics`]: host-clock phase times,
+//! its sequences and tokens, and from the model's `last_step()` whether it
+//! replayed a CUDA graph and its GPU time.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
@@ -292,6 +296,13 @@ impl Engine {
             StepPhase::Decode
         };
         self.metrics.observe_step(phase, forward_started.elapsed());
+        let stats = self.model.last_step();
+        self.metrics.observe_forward(
+            phase,
+            (summary.prefill_tokens + summary.decode_tokens) as u64,
+            stats.graph_replayed,
+            stats.device_time,
+        );
         let sample_started = Instant::now();
         match logits.and_then(|logits| Ok(logits.flatten_all()?.to_vec1::<f32>()?)) {
             Ok(logits) => {

@@ -29,18 +29,29 @@
 //!   model runs, the [`sampler`] picks tokens, and text goes back through
 //!   the [`stop`]-string matcher on the request's event channel.
 //! - `respond` turns those events into a JSON body or an SSE stream;
-//!   [`metrics`] feeds `GET /metrics`.
+//!   [`metrics`] feeds `GET /metrics`, with the GPU's memory and energy
+//!   ([`gpu`], sampled from NVML in builds with the `cuda` feature).
+//!
+//! `load` opens the device (`--device cpu|cuda|cuda:N`), loads the model
+//! with its options (dtype, CUDA graphs) and allocates the KV pool on the
+//! model's device, sized by `--kv-blocks`, `--kv-memory` or, on CUDA,
+//! `--gpu-memory-fraction` of the free memory (docs/gpu.md).
 //!
 //! Configuration: [`ServerConfig`] (validated) and [`ServerArgs`] (the clap
-//! flags of `isobench serve`) in [`config`]; errors in [`error`].
+//! flags of `isobench serve`, with the engine's [`EngineArgs`]) in
+//! [`config`]; errors in [`error`].
 
 pub mod blocks;
 pub mod chat_template;
 pub mod config;
 mod engine;
 pub mod error;
+pub mod gpu;
 mod http;
+mod load;
 pub mod metrics;
+#[cfg(feature = "cuda")]
+mod nvml;
 pub mod policy;
 mod respond;
 pub mod sampler;
@@ -50,7 +61,8 @@ pub mod stop;
 mod validate;
 
 pub use config::{
-    BatchingConfig, BatchingKind, ByteSize, DTypeArg, KvPoolSize, ServerArgs, ServerConfig,
+    BatchingConfig, BatchingKind, ByteSize, DTypeArg, EngineArgs, KvPoolSize, ServerArgs,
+    ServerConfig, Toggle,
 };
 pub use error::ServerError;
 pub use server::{SHUTDOWN_GRACE, Server, ServerHandle, ServerStats};

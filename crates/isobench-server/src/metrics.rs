@@ -4,10 +4,20 @@
 //! Everything is a relaxed atomic: recording a token's latency is a few
 //! atomic adds, with no lock and no allocation. Histograms have fixed
 //! buckets (Prometheus `le` semantics) and keep their sum in nanoseconds.
+//!
+//! Per engine step: its sequences (`isobench_batch_size`), its tokens
+//! (`isobench_step_tokens`), whether it replayed a CUDA graph
+//! (`isobench_cuda_graph_replays_total` against
+//! `isobench_eager_steps_total`), its host-clock phases
+//! (`isobench_step_seconds`) and, on CUDA, its GPU time between CUDA events
+//! (`isobench_step_device_seconds`). The GPU's memory and energy are in
+//! [`crate::gpu`].
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
+
+use crate::gpu::GpuGauges;
 
 /// Bucket upper bounds (seconds) for time to first token.
 const TTFT_BUCKETS: &[f64] = &[
@@ -18,6 +28,16 @@ const TTFT_BUCKETS: &[f64] = &[
 const STEP_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15,
     0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+];
+/// Bucket upper bounds (seconds) for a step's GPU time: finer at the low
+/// end, where a small model's decode step lies.
+const DEVICE_STEP_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01,
+    0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0,
+];
+/// Bucket upper bounds for tokens computed per step.
+const TOKEN_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
 ];
 /// Bucket upper bounds for sequences per step.
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
@@ -122,6 +142,13 @@ const STEP_PHASES: [(StepPhase, &str); 4] = [
     (StepPhase::Sample, "sample"),
 ];
 
+/// The phases a model forward belongs to (the `phase` label of the device
+/// time histogram).
+const FORWARD_PHASES: [(StepPhase, &str); 2] = [
+    (StepPhase::Prefill, "prefill"),
+    (StepPhase::Decode, "decode"),
+];
+
 /// Every figure `/metrics` reports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -134,9 +161,17 @@ pub struct Metrics {
     pub generation_tokens_total: AtomicU64,
     requests_total: [AtomicU64; REQUEST_STATUSES.len()],
     pub batch_size: Histogram,
+    pub step_tokens: Histogram,
+    /// Model steps replayed from a CUDA graph.
+    pub cuda_graph_replays_total: AtomicU64,
+    /// Model steps run eagerly: every step on the CPU, prefill steps,
+    /// batches above the largest graph bucket, or graphs off.
+    pub eager_steps_total: AtomicU64,
     step_seconds: [Histogram; STEP_PHASES.len()],
+    step_device_seconds: [Histogram; FORWARD_PHASES.len()],
     pub time_to_first_token: Histogram,
     pub time_per_output_token: Histogram,
+    pub gpu: GpuGauges,
 }
 
 impl Default for Metrics {
@@ -151,9 +186,14 @@ impl Default for Metrics {
             generation_tokens_total: AtomicU64::new(0),
             requests_total: std::array::from_fn(|_| AtomicU64::new(0)),
             batch_size: Histogram::new(BATCH_BUCKETS),
+            step_tokens: Histogram::new(TOKEN_BUCKETS),
+            cuda_graph_replays_total: AtomicU64::new(0),
+            eager_steps_total: AtomicU64::new(0),
             step_seconds: std::array::from_fn(|_| Histogram::new(STEP_BUCKETS)),
+            step_device_seconds: std::array::from_fn(|_| Histogram::new(DEVICE_STEP_BUCKETS)),
             time_to_first_token: Histogram::new(TTFT_BUCKETS),
             time_per_output_token: Histogram::new(STEP_BUCKETS),
+            gpu: GpuGauges::default(),
         }
     }
 }
@@ -182,6 +222,31 @@ impl Metrics {
 
     pub fn step_histogram(&self, phase: StepPhase) -> &Histogram {
         &self.step_seconds[phase as usize]
+    }
+
+    /// Records what one model forward did: its tokens, whether a CUDA graph
+    /// replayed it, and its GPU time (`None` on the CPU). `phase` is
+    /// [`StepPhase::Prefill`] or [`StepPhase::Decode`].
+    pub fn observe_forward(
+        &self,
+        phase: StepPhase,
+        tokens: u64,
+        graph_replayed: bool,
+        device_time: Option<Duration>,
+    ) {
+        self.step_tokens.observe_count(tokens);
+        let steps = if graph_replayed {
+            &self.cuda_graph_replays_total
+        } else {
+            &self.eager_steps_total
+        };
+        steps.fetch_add(1, Relaxed);
+        if let (Some(time), Some(index)) = (
+            device_time,
+            FORWARD_PHASES.iter().position(|(p, _)| *p == phase),
+        ) {
+            self.step_device_seconds[index].observe_duration(time);
+        }
     }
 
     /// The Prometheus text exposition of every metric.
@@ -241,6 +306,18 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "isobench_cuda_graph_replays_total",
+            "Model steps replayed from a CUDA graph.",
+            &self.cuda_graph_replays_total,
+        );
+        counter(
+            &mut out,
+            "isobench_eager_steps_total",
+            "Model steps run eagerly (every step on the CPU; prefill, batches above the largest graph bucket, or graphs off on CUDA).",
+            &self.eager_steps_total,
+        );
+        counter(
+            &mut out,
             "isobench_prompt_tokens_total",
             "Prompt tokens of admitted requests.",
             &self.prompt_tokens_total,
@@ -271,12 +348,29 @@ impl Metrics {
         self.batch_size.render(&mut out, "isobench_batch_size", "");
         let _ = writeln!(
             out,
+            "# HELP isobench_step_tokens Tokens computed per engine step (decode tokens plus prefill chunks).\n# TYPE isobench_step_tokens histogram"
+        );
+        self.step_tokens
+            .render(&mut out, "isobench_step_tokens", "");
+        let _ = writeln!(
+            out,
             "# HELP isobench_step_seconds Engine step time by phase: schedule, prefill (forward of steps with prompt tokens), decode (forward of decode-only steps), sample.\n# TYPE isobench_step_seconds histogram"
         );
         for ((_, label), histogram) in STEP_PHASES.iter().zip(&self.step_seconds) {
             histogram.render(
                 &mut out,
                 "isobench_step_seconds",
+                &format!("phase=\"{label}\""),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP isobench_step_device_seconds GPU time of a model forward, between CUDA events (CUDA only), by phase.\n# TYPE isobench_step_device_seconds histogram"
+        );
+        for ((_, label), histogram) in FORWARD_PHASES.iter().zip(&self.step_device_seconds) {
+            histogram.render(
+                &mut out,
+                "isobench_step_device_seconds",
                 &format!("phase=\"{label}\""),
             );
         }
@@ -292,6 +386,7 @@ impl Metrics {
         );
         self.time_per_output_token
             .render(&mut out, "isobench_time_per_output_token_seconds", "");
+        self.gpu.render(&mut out);
         out
     }
 }
@@ -345,5 +440,28 @@ mod tests {
         assert!(text.contains("isobench_batch_size_sum 3\n"));
         assert!(text.contains("isobench_kv_blocks_used 6\n"));
         assert_eq!(metrics.requests_with_status("stop"), 1);
+    }
+
+    #[test]
+    fn forwards_count_graph_replays_apart_from_eager_steps() {
+        let metrics = Metrics::default();
+        metrics.observe_forward(StepPhase::Prefill, 300, false, None);
+        metrics.observe_forward(StepPhase::Decode, 4, true, Some(Duration::from_micros(700)));
+        metrics.observe_forward(StepPhase::Decode, 4, true, Some(Duration::from_micros(700)));
+        let text = metrics.render();
+        assert!(
+            text.contains("isobench_cuda_graph_replays_total 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("isobench_eager_steps_total 1\n"));
+        assert!(text.contains("isobench_step_tokens_sum 308\n"));
+        assert!(text.contains("isobench_step_tokens_bucket{le=\"4\"} 2\n"));
+        assert!(
+            text.contains(
+                "isobench_step_device_seconds_bucket{phase=\"decode\",le=\"0.00075\"} 2\n"
+            )
+        );
+        assert!(text.contains("isobench_step_device_seconds_count{phase=\"prefill\"} 0\n"));
+        assert!(!text.contains("isobench_gpu_"), "no GPU described: {text}");
     }
 }

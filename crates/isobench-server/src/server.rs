@@ -1,5 +1,5 @@
-//! Starting and stopping the server: load the model, size the KV pool,
-//! spawn the engine thread, bind the listener and serve until shut down.
+//! Starting and stopping the server: load the model and its KV pool
+//! ([`crate::load`]), spawn the engine thread, bind the listener and serve until shut down.
 //!
 //! [`ServerHandle`] is the running server. [`ServerHandle::shutdown`] stops
 //! accepting connections, lets requests in flight finish (bounded by
@@ -7,24 +7,21 @@
 //! only signals the shutdown (mini-redis style drop guard).
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use candle_core::Device;
 use isobench_api::{ModelCard, unix_now};
-use isobench_model::{CausalLm, KvCache, ModelFolder, Tokenizer, load_model};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::blocks::BlockPool;
-use crate::chat_template::ChatTemplate;
-use crate::config::{KvPoolSize, ServerConfig};
+use crate::config::ServerConfig;
 use crate::engine::{self, Engine};
 use crate::error::ServerError;
 use crate::http::{self, AppState};
+use crate::load::Loaded;
 use crate::metrics::Metrics;
 use crate::policy;
 use crate::scheduler::State;
@@ -55,7 +52,7 @@ impl Server {
             .local_addr()
             .map_err(|source| ServerError::Bind { addr, source })?;
 
-        let metrics = Arc::new(Metrics::default());
+        let metrics = loaded.metrics.clone();
         metrics
             .kv_blocks_total
             .store(loaded.num_blocks as u64, Ordering::Relaxed);
@@ -132,86 +129,6 @@ impl Server {
             engine_thread: Some(engine_thread),
         })
     }
-}
-
-/// What loading the model folder produces.
-struct Loaded {
-    model: Box<dyn CausalLm>,
-    cache: KvCache,
-    tokenizer: Tokenizer,
-    chat_template: ChatTemplate,
-    template_from_model: bool,
-    num_blocks: u32,
-    max_model_len: u32,
-    vocab_size: u32,
-}
-
-impl Loaded {
-    fn load(config: &ServerConfig) -> Result<Self, ServerError> {
-        let folder = ModelFolder::open(&config.model)?;
-        let dtype = config.dtype.map(|d| d.to_candle());
-        let model = load_model(&folder, &Device::Cpu, dtype)?;
-        let model_config = model.config();
-        let block_size = config.block_size as usize;
-        let bytes_per_block = KvCache::bytes_per_block(model_config, block_size, model.dtype());
-        let num_blocks = match config.kv_pool {
-            KvPoolSize::Blocks(blocks) => blocks,
-            KvPoolSize::Memory(budget) => {
-                let blocks = budget.0 / bytes_per_block as u64;
-                if blocks == 0 {
-                    return Err(ServerError::Config {
-                        flag: "--kv-memory",
-                        message: format!(
-                            "{budget} holds no KV block: one block of {block_size} tokens takes {bytes_per_block} bytes \
-                             for this model; accepted: at least {bytes_per_block} bytes"
-                        ),
-                    });
-                }
-                u32::try_from(blocks).unwrap_or(u32::MAX)
-            }
-        };
-        let context = model_config.max_position_embeddings as u32;
-        let max_model_len = match config.max_model_len {
-            None => context,
-            Some(len) if len <= context => len,
-            Some(len) => {
-                return Err(ServerError::Config {
-                    flag: "--max-model-len",
-                    message: format!(
-                        "got {len}, but the model's max_position_embeddings is {context}; accepted: at most {context}"
-                    ),
-                });
-            }
-        };
-        let cache = KvCache::new(
-            model_config,
-            num_blocks as usize,
-            block_size,
-            model.device(),
-            model.dtype(),
-        )?;
-        let tokenizer = folder.tokenizer().clone();
-        let chat_template = ChatTemplate::new(
-            tokenizer.chat_template(),
-            &template_source(folder.path()),
-            tokenizer.bos_token(),
-            tokenizer.eos_token(),
-        )?;
-        Ok(Self {
-            template_from_model: tokenizer.chat_template().is_some(),
-            vocab_size: model_config.vocab_size as u32,
-            model,
-            cache,
-            tokenizer,
-            chat_template,
-            num_blocks,
-            max_model_len,
-        })
-    }
-}
-
-fn template_source(folder: &Path) -> String {
-    folder.join("tokenizer_config.json").display().to_string()
 }
 
 /// A snapshot of the engine's state, for tests and embedding programs

@@ -15,6 +15,7 @@
 //! (the report of what finished is still written).
 
 mod compare;
+mod gpu;
 mod mock;
 mod run;
 mod serve;

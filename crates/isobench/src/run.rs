@@ -2,6 +2,8 @@
 //! endpoint, or the embedded server started in-process), replay the plan,
 //! and write the report: terminal table, JSON, optional CSV, and the
 //! per-request JSONL log that the engine streams while the run goes.
+//! Everything the end of the run needs (output paths, flag values) is
+//! checked before it starts ([`precheck`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,7 +15,7 @@ use isobench_api::SamplingParams;
 use isobench_loadgen::{
     HttpBackend, HttpBackendConfig, LoadgenError, ProgressMode, RunOptions, RunOutcome,
 };
-use isobench_metrics::{Recorder, Slo, assess_validity};
+use isobench_metrics::{Recorder, Slo, assess_validity_with_max_error_rate};
 use isobench_report::{PromptTokenSource, Report, RunMeta, format_started_at, table};
 use isobench_server::config::{DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_WAIT};
 use isobench_server::{BatchingConfig, BatchingKind, Server, ServerConfig, ServerHandle};
@@ -21,6 +23,8 @@ use isobench_workload::{ApiKind, ArrivalKind, Overrides, PromptTokens, Workload}
 use tokio_util::sync::CancellationToken;
 
 use crate::tokens::TokenizerCounter;
+
+mod precheck;
 
 /// The model folder the embedded server loads when no `--target` is given.
 const DEFAULT_SERVER_MODEL: &str = "models/small-llama";
@@ -112,8 +116,19 @@ pub struct RunArgs {
     slo: Vec<String>,
 
     /// Per-request timeout, e.g. `30s`. Default: the workload's (300 s).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = precheck::positive_duration)]
     timeout: Option<Duration>,
+
+    /// The share of requests (failed / completed + failed) that may fail
+    /// before the run is invalid and exits with 3; a run where every
+    /// request failed always is.
+    #[arg(long, value_name = "SHARE", default_value = "0.05", value_parser = precheck::error_rate)]
+    max_error_rate: f64,
+
+    /// The largest streamed event accepted, in bytes; a larger one fails
+    /// its request as `malformed_event`.
+    #[arg(long, value_name = "BYTES", default_value = "1048576", value_parser = precheck::event_bytes)]
+    max_event_bytes: usize,
 
     /// JSON report path. Default: results/WORKLOAD-TIMESTAMP.json.
     #[arg(long, short, value_name = "FILE")]
@@ -141,6 +156,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut workload = Workload::from_file(&args.workload)?;
     workload.apply(&overrides(&args))?;
     let slos = Slos::collect(&workload, &args.slo)?;
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&workload));
+    let log = args
+        .log
+        .clone()
+        .unwrap_or_else(|| output.with_extension("requests.jsonl"));
+    precheck::writable("--output", &output)?;
+    precheck::writable("--log", &log)?;
+    if let Some(csv) = &args.csv {
+        precheck::csv_appendable(csv)?;
+    }
 
     let target = Target::start(&args).await?;
     let tokenizer = args
@@ -151,17 +179,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let plan = workload.plan(tokenizer.as_deref())?;
 
     let (backend, model) = connect(&args, &workload, &target, tokenizer.as_deref()).await?;
-    let output = args
-        .output
-        .clone()
-        .unwrap_or_else(|| default_output(&workload));
-    let log = args
-        .log
-        .clone()
-        .unwrap_or_else(|| output.with_extension("requests.jsonl"));
-    if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
 
     let cancel = CancellationToken::new();
     let interrupt = tokio::spawn(watch_ctrl_c(cancel.clone()));
@@ -197,7 +214,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             PromptTokens::Approximate => PromptTokenSource::Approximate,
         },
     };
-    let report = build_report(meta, &outcome);
+    let report = build_report(meta, &outcome, args.max_error_rate);
     println!("{}", table::render(&report));
     report.write_json(&output)?;
     eprintln!("report: {}", output.display());
@@ -213,6 +230,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     if outcome.interrupted {
         return Ok(ExitCode::from(130));
+    }
+    if report.validity.too_many_errors {
+        eprintln!("invalid run: too many requests failed (--max-error-rate)");
+        return Ok(ExitCode::from(3));
     }
     let missed: Vec<String> = report
         .summary
@@ -241,9 +262,10 @@ fn overrides(args: &RunArgs) -> Overrides {
     }
 }
 
-fn build_report(meta: RunMeta, outcome: &RunOutcome) -> Report {
+fn build_report(meta: RunMeta, outcome: &RunOutcome, max_error_rate: f64) -> Report {
     let summary = outcome.recorder.summarize(outcome.window_duration());
-    let validity = assess_validity(&summary, outcome.offered_rate);
+    let validity =
+        assess_validity_with_max_error_rate(&summary, outcome.offered_rate, max_error_rate);
     Report::new(meta, summary, validity)
 }
 
@@ -378,6 +400,7 @@ async fn connect(
         .ok()
         .filter(|key| !key.is_empty());
     config.timeout = args.timeout.unwrap_or_else(|| workload.timeout());
+    config.max_event_bytes = args.max_event_bytes;
     config.http2 = args.http2;
     config.continuous_usage = args.usage_per_event || matches!(target, Target::Embedded(..));
     config.sampling = SamplingParams {
