@@ -19,6 +19,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::ServerError;
+use crate::limits::{ConnectionArgs, ConnectionLimits};
 
 /// Default `--block-size`: tokens per KV-cache block.
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;
@@ -80,6 +81,8 @@ pub struct ServerConfig {
     pub cuda_graphs: Option<bool>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Timeouts, the connection cap and the shutdown timeout.
+    pub limits: ConnectionLimits,
 }
 
 impl ServerConfig {
@@ -100,6 +103,7 @@ impl ServerConfig {
             dtype: None,
             cuda_graphs: None,
             max_body_bytes: DEFAULT_MAX_BODY.0 as usize,
+            limits: ConnectionLimits::default(),
         }
     }
 
@@ -162,6 +166,7 @@ impl ServerConfig {
                 "got an empty name; accepted: an environment variable name".into(),
             ));
         }
+        self.limits.validate()?;
         self.batching.validate()
     }
 
@@ -358,7 +363,6 @@ impl EngineArgs {
     }
 }
 
-
 /// The `--dtype` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DTypeArg {
@@ -476,6 +480,8 @@ pub struct ServerArgs {
     /// Largest request body accepted, e.g. 4MiB.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY)]
     pub max_body: ByteSize,
+    #[command(flatten)]
+    pub limits: ConnectionArgs,
 }
 
 impl ServerArgs {
@@ -496,6 +502,7 @@ impl ServerArgs {
             max_model_len: self.max_model_len,
             api_key_env: self.api_key_env,
             max_body_bytes,
+            limits: self.limits.into_limits(),
             ..ServerConfig::new(self.model)
         };
         self.engine.apply(&mut config);

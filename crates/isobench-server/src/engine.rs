@@ -14,7 +14,7 @@
 //! sequence whose step reached its last token, and retires finished ones.
 //! With nothing to do the thread sleeps in `recv` (or until the dynamic
 //! policy's deadline). It exits once every handle is dropped and the last
-//! sequence is done.
+//! sequence is done, or at its next turn after [`EngineHandle::stop`].
 //!
 //! Each model step is recorded in the [`Metrics`]: host-clock phase times,
 //! its sequences and tokens, and from the model's `last_step()` whether it
@@ -34,6 +34,10 @@ use crate::sampler::Sampler;
 use crate::scheduler::{Schedule, Sequence, State, StepSummary};
 use crate::stop::{StopMatcher, StopOutcome};
 use crate::validate::ValidRequest;
+
+/// The longest the engine sleeps on a timer (dynamic batching's
+/// `max_wait`) before it checks whether it was stopped.
+const STOP_CHECK: Duration = Duration::from_millis(50);
 
 /// What the engine tells a request's handler.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,6 +89,8 @@ pub struct EngineHandle {
     queue: Arc<AdmissionQueue>,
     /// Cleared when the engine thread ends (normally or by a panic).
     running: Arc<AtomicBool>,
+    /// Set by [`EngineHandle::stop`]: the thread ends at its next turn.
+    stop: Arc<AtomicBool>,
 }
 
 /// Clears the running flag when the engine thread ends, however it ends.
@@ -108,6 +114,12 @@ impl EngineHandle {
     /// Whether the engine thread is still serving.
     pub fn is_running(&self) -> bool {
         self.running.load(Ordering::Relaxed)
+    }
+
+    /// Ends the engine thread at its next loop turn, dropping every
+    /// sequence (their receivers see the channel close). For shutdown.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 
     /// Queues a request; its events arrive on the returned receiver.
@@ -171,11 +183,13 @@ pub fn spawn(
     });
     let running = Arc::new(AtomicBool::new(true));
     let guard = RunningGuard(running.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
     let thread = std::thread::Builder::new()
         .name("isobench-engine".into())
         .spawn(move || {
             let _guard = guard;
-            engine().run(inbox);
+            engine().run(inbox, &stopped);
         })
         .expect("spawning the engine thread");
     (
@@ -183,15 +197,19 @@ pub fn spawn(
             requests,
             queue,
             running,
+            stop,
         },
         thread,
     )
 }
 
 impl Engine {
-    fn run(mut self, inbox: mpsc::Receiver<EngineRequest>) {
+    fn run(mut self, inbox: mpsc::Receiver<EngineRequest>, stop: &AtomicBool) {
         let mut handles_open = true;
         loop {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
             if self.state.is_idle() {
                 if !handles_open {
                     break;
@@ -223,9 +241,11 @@ impl Engine {
                     // Requests wait (dynamic batching's timer, or a pool
                     // still held by sequences being dropped): sleep until
                     // the timer or the next arrival.
-                    let timeout = wake_at.map_or(Duration::from_millis(5), |at| {
-                        at.saturating_duration_since(started)
-                    });
+                    let timeout = wake_at
+                        .map_or(Duration::from_millis(5), |at| {
+                            at.saturating_duration_since(started)
+                        })
+                        .min(STOP_CHECK);
                     match inbox.recv_timeout(timeout) {
                         Ok(request) => self.enqueue(request),
                         Err(mpsc::RecvTimeoutError::Timeout) => {}

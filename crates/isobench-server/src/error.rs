@@ -46,6 +46,18 @@ pub enum ServerError {
     #[error("request body is larger than the {limit_bytes}-byte limit (--max-body)")]
     BodyTooLarge { limit_bytes: usize },
 
+    #[error(
+        "the request body is declared as `{content_type}`; accepted: Content-Type: application/json"
+    )]
+    UnsupportedMediaType { content_type: String },
+
+    /// The client did not send the whole body in time.
+    #[error(
+        "the request body did not arrive within {} (--body-read-timeout)",
+        humantime::format_duration(*timeout)
+    )]
+    BodyTimeout { timeout: std::time::Duration },
+
     #[error("the model `{requested}` does not exist; this server serves `{served}`")]
     ModelNotFound { requested: String, served: String },
 
@@ -63,6 +75,12 @@ pub enum ServerError {
     #[error("the inference engine is not running")]
     EngineStopped,
 
+    /// Shutdown ended the request: it was still running at `--shutdown-timeout`.
+    #[error(
+        "the server is shutting down and ended this request (still running at --shutdown-timeout)"
+    )]
+    ShuttingDown,
+
     /// Generation failed after the request was admitted.
     #[error("generation failed: {0}")]
     Generation(String),
@@ -79,11 +97,15 @@ impl ServerError {
             ServerError::Bind { .. } => "bind_error",
             ServerError::InvalidRequest { .. }
             | ServerError::MalformedJson(_)
-            | ServerError::BodyTooLarge { .. } => "invalid_request_error",
+            | ServerError::BodyTooLarge { .. }
+            | ServerError::UnsupportedMediaType { .. }
+            | ServerError::BodyTimeout { .. } => "invalid_request_error",
             ServerError::ModelNotFound { .. } => "not_found_error",
             ServerError::Unauthorized { .. } => "authentication_error",
             ServerError::QueueFull { .. } => "rate_limit_error",
-            ServerError::EngineStopped | ServerError::Generation(_) => "server_error",
+            ServerError::EngineStopped | ServerError::ShuttingDown | ServerError::Generation(_) => {
+                "server_error"
+            }
         }
     }
 
@@ -94,10 +116,14 @@ impl ServerError {
                 StatusCode::BAD_REQUEST
             }
             ServerError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ServerError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ServerError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ServerError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
             ServerError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ServerError::QueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ServerError::EngineStopped => StatusCode::SERVICE_UNAVAILABLE,
+            ServerError::EngineStopped | ServerError::ShuttingDown => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ServerError::Config { .. }
             | ServerError::Model(_)
             | ServerError::Template { .. }
@@ -135,6 +161,12 @@ impl IntoResponse for ServerError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        if status == StatusCode::REQUEST_TIMEOUT {
+            // The rest of the body may still come: the connection cannot be reused.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         if status == StatusCode::UNAUTHORIZED {
             response

@@ -9,22 +9,27 @@
 //! | `GET /metrics` | Prometheus text |
 //!
 //! `/v1/*` requires `Authorization: Bearer <key>` when an API key is set.
-//! Bodies are read as bytes under the `--max-body` limit and parsed here,
-//! so that malformed JSON gets an OpenAI error body naming the field. A
+//! A body declared as anything but JSON gets 415. Bodies are read as bytes
+//! under the `--max-body` limit (413) within `--body-read-timeout` (408)
+//! and parsed here, so that malformed JSON gets an OpenAI error body naming
+//! the field. A
 //! handler validates the request into a [`crate::validate::ValidRequest`],
 //! submits it to the engine and answers from the engine's events
 //! ([`crate::respond`]). Every refused request is counted by error kind.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{StatusCode, header};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
+use futures_util::StreamExt;
 use isobench_api::{ChatCompletionRequest, CompletionRequest, ModelCard, ModelList};
 use serde::de::DeserializeOwned;
 
@@ -44,6 +49,9 @@ pub struct AppState {
     pub api_key: Option<String>,
     pub api_key_env: String,
     pub max_body_bytes: usize,
+    pub body_read_timeout: Duration,
+    /// Set once shutdown ends the requests still running.
+    pub shutting_down: Arc<AtomicBool>,
     pub model_card: ModelCard,
 }
 
@@ -60,7 +68,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(api)
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(state.max_body_bytes))
         .with_state(state)
 }
 
@@ -100,11 +107,13 @@ fn refuse(state: &AppState, error: ServerError) -> Response {
 
 async fn completions(
     State(state): State<Arc<AppState>>,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Response {
     let arrived = Instant::now();
     let result = async {
-        let request: CompletionRequest = parse_body(body, &state, COMPLETION_FIELDS)?;
+        let body = read_body(&state, &headers, body).await?;
+        let request: CompletionRequest = parse_body(&body, COMPLETION_FIELDS)?;
         let valid = state.validator.completion(&request)?;
         respond::generate(&state, Endpoint::Completions, valid, arrived).await
     };
@@ -113,11 +122,13 @@ async fn completions(
 
 async fn chat_completions(
     State(state): State<Arc<AppState>>,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Response {
     let arrived = Instant::now();
     let result = async {
-        let request: ChatCompletionRequest = parse_body(body, &state, CHAT_FIELDS)?;
+        let body = read_body(&state, &headers, body).await?;
+        let request: ChatCompletionRequest = parse_body(&body, CHAT_FIELDS)?;
         let valid = state.validator.chat(&request)?;
         respond::generate(&state, Endpoint::Chat, valid, arrived).await
     };
@@ -175,25 +186,99 @@ const SAMPLING_FIELDS: [FieldCheck; 12] = [
     ),
     ("max_completion_tokens", check::<Option<u32>>),
 ];
-const COMPLETION_FIELDS: &[FieldCheck] = &[("prompt", check::<isobench_api::PromptInput>)];
+const COMPLETION_FIELDS: &[FieldCheck] = &[("prompt", check_prompt)];
 const CHAT_FIELDS: &[FieldCheck] = &[("messages", check::<Vec<isobench_api::ChatMessage>>)];
 
-/// Reads and parses a request body; errors name the offending field.
-fn parse_body<T: DeserializeOwned>(
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+/// `prompt` as a string, a list of token ids, or a list of one of those;
+/// says which token id is not one (serde's untagged enum error does not).
+fn check_prompt(value: &serde_json::Value) -> Result<(), serde_json::Error> {
+    use serde::de::Error;
+    let lists = match value {
+        serde_json::Value::Array(items) if items.iter().all(|item| item.is_array()) => {
+            items.iter().filter_map(|item| item.as_array()).collect()
+        }
+        serde_json::Value::Array(items) if !items.iter().any(|item| item.is_string()) => {
+            vec![items]
+        }
+        _ => vec![],
+    };
+    for token in lists.into_iter().flatten() {
+        if token.as_u64().is_none_or(|id| id > u32::MAX as u64) {
+            return Err(serde_json::Error::custom(format!(
+                "token id {token} is out of range; accepted: token ids are integers from 0 to {}",
+                u32::MAX
+            )));
+        }
+    }
+    check::<isobench_api::PromptInput>(value).map_err(|_| {
+        serde_json::Error::custom(
+            "accepted: a string, a list of token ids, or a list holding one of those",
+        )
+    })
+}
+
+/// Whether a `Content-Type` declares JSON (`application/json`, or a
+/// `+json` type), whatever its parameters.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    let essence = essence.to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// Reads a request body: refuses a declared type other than JSON (415, a
+/// body without `Content-Type` is read as JSON), one larger than
+/// `--max-body` (413), and one that does not arrive within
+/// `--body-read-timeout` (408).
+async fn read_body(
     state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, ServerError> {
+    if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
+        let text = content_type.to_str().unwrap_or("");
+        if !is_json(text) {
+            return Err(ServerError::UnsupportedMediaType {
+                content_type: String::from_utf8_lossy(content_type.as_bytes()).into_owned(),
+            });
+        }
+    }
+    let limit = state.max_body_bytes;
+    let too_large = ServerError::BodyTooLarge { limit_bytes: limit };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(too_large);
+    }
+    let read = async {
+        let mut bytes = Vec::with_capacity(declared.map_or(0, |length| length as usize));
+        let mut chunks = body.into_data_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|err| {
+                ServerError::MalformedJson(format!("the body could not be read: {err}"))
+            })?;
+            if bytes.len() + chunk.len() > limit {
+                return Err(ServerError::BodyTooLarge { limit_bytes: limit });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(bytes))
+    };
+    tokio::time::timeout(state.body_read_timeout, read)
+        .await
+        .map_err(|_| ServerError::BodyTimeout {
+            timeout: state.body_read_timeout,
+        })?
+}
+
+/// Parses a request body; errors name the offending field.
+fn parse_body<T: DeserializeOwned>(
+    bytes: &[u8],
     endpoint_fields: &[FieldCheck],
 ) -> Result<T, ServerError> {
-    let bytes = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ServerError::BodyTooLarge {
-                limit_bytes: state.max_body_bytes,
-            }
-        } else {
-            ServerError::MalformedJson(rejection.body_text())
-        }
-    })?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes)
+    let value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|err| ServerError::MalformedJson(format!("the body is not valid JSON: {err}")))?;
     let Some(object) = value.as_object() else {
         return Err(ServerError::MalformedJson(
@@ -226,5 +311,28 @@ mod tests {
         assert!(constant_time_eq(b"secret", b"secret"));
         assert!(!constant_time_eq(b"secret", b"secreT"));
         assert!(!constant_time_eq(b"secret", b"secret2"));
+    }
+
+    #[test]
+    fn json_content_types() {
+        assert!(is_json("application/json"));
+        assert!(is_json("Application/JSON; charset=utf-8"));
+        assert!(is_json("application/vnd.api+json"));
+        assert!(!is_json("text/plain"));
+        assert!(!is_json("application/x-www-form-urlencoded"));
+        assert!(!is_json("multipart/form-data; boundary=x"));
+    }
+
+    #[test]
+    fn prompt_errors_name_token_ids() {
+        let message = |value: serde_json::Value| check_prompt(&value).unwrap_err().to_string();
+        assert!(message(serde_json::json!([1, -1])).contains("token id -1"));
+        assert!(message(serde_json::json!([[1, 2.5]])).contains("token id 2.5"));
+        assert!(message(serde_json::json!([1, 5_000_000_000u64])).contains("token id 5000000000"));
+        assert!(message(serde_json::json!(7)).contains("a string, a list of token ids"));
+        assert!(message(serde_json::json!(["a", 1])).contains("a string, a list of token ids"));
+        assert!(check_prompt(&serde_json::json!([[1, 2]])).is_ok());
+        assert!(check_prompt(&serde_json::json!("hi")).is_ok());
+        assert!(check_prompt(&serde_json::json!([])).is_ok());
     }
 }

@@ -17,7 +17,9 @@
 //! ```
 //!
 //! How a request flows:
-//! - `http` parses the body and checks the API key; `validate` turns the
+//! - `listen` accepts connections (capped, with header, body and idle
+//!   timeouts from [`limits`]) and drains them at shutdown; `http` reads
+//!   the body and checks its type and the API key; `validate` turns the
 //!   request into a `ValidRequest` (prompt tokenized, through the
 //!   [`chat_template`] for chat, parameters in range, `max_tokens` fitting
 //!   the context and the pool) or a 400/404.
@@ -48,6 +50,8 @@ mod engine;
 pub mod error;
 pub mod gpu;
 mod http;
+pub mod limits;
+mod listen;
 mod load;
 pub mod metrics;
 #[cfg(feature = "cuda")]
@@ -65,4 +69,5 @@ pub use config::{
     ServerConfig, Toggle,
 };
 pub use error::ServerError;
-pub use server::{SHUTDOWN_GRACE, Server, ServerHandle, ServerStats};
+pub use limits::ConnectionLimits;
+pub use server::{Server, ServerHandle, ServerStats};

@@ -5,12 +5,14 @@
 //! `role: assistant` chunk), then a chunk with the `finish_reason`, then,
 //! when `stream_options.include_usage` is set, a chunk with `usage` and no
 //! choices, then `data: [DONE]`. A failure after the stream started is sent
-//! in-band as `data: {"error": {...}}` before `[DONE]`. Dropping the stream
+//! in-band as `data: {"error": {...}}` before `[DONE]`; so is the end of a
+//! request that shutdown cut at `--shutdown-timeout`. Dropping the stream
 //! (the client went away) drops the event receiver, which tells the engine
 //! to stop the sequence and free its blocks.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use axum::body::Body;
@@ -45,10 +47,11 @@ pub async fn generate(
     let events = state.engine.submit(request, arrived)?;
     let number = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let writer = AnswerWriter::new(endpoint, "", number, state.model_card.id.clone());
+    let shutting_down = state.shutting_down.clone();
     if stream {
-        Ok(streaming(writer, usage_options, events))
+        Ok(streaming(writer, usage_options, events, shutting_down))
     } else {
-        whole(writer, events).await
+        whole(writer, events, &shutting_down).await
     }
 }
 
@@ -59,9 +62,19 @@ struct UsageOptions {
     prompt_tokens: u32,
 }
 
+/// Why the engine dropped a request's events without finishing it.
+fn engine_gone(shutting_down: &AtomicBool) -> ServerError {
+    if shutting_down.load(Ordering::Relaxed) {
+        ServerError::ShuttingDown
+    } else {
+        ServerError::EngineStopped
+    }
+}
+
 async fn whole(
     writer: AnswerWriter,
     mut events: UnboundedReceiver<Event>,
+    shutting_down: &AtomicBool,
 ) -> Result<Response, ServerError> {
     let mut text = String::new();
     while let Some(event) = events.recv().await {
@@ -74,13 +87,14 @@ async fn whole(
             Event::Failed { message } => return Err(ServerError::Generation(message)),
         }
     }
-    Err(ServerError::EngineStopped)
+    Err(engine_gone(shutting_down))
 }
 
 fn streaming(
     writer: AnswerWriter,
     usage: UsageOptions,
     events: UnboundedReceiver<Event>,
+    shutting_down: Arc<AtomicBool>,
 ) -> Response {
     let opening = match writer.endpoint() {
         Endpoint::Chat => Some(Bytes::from(writer.chunk_event(Delta {
@@ -97,6 +111,7 @@ fn streaming(
         usage,
         opening,
         done: false,
+        shutting_down,
     };
     let stream = futures_util::stream::unfold(chunks, ChunkStream::next);
     let body = Body::from_stream(futures_util::StreamExt::map(
@@ -122,6 +137,7 @@ struct ChunkStream {
     /// The chat stream's role chunk, sent first.
     opening: Option<Bytes>,
     done: bool,
+    shutting_down: Arc<AtomicBool>,
 }
 
 impl ChunkStream {
@@ -167,7 +183,7 @@ impl ChunkStream {
             }
             None => {
                 self.done = true;
-                error_event(ServerError::EngineStopped)
+                error_event(engine_gone(&self.shutting_down))
             }
         };
         Some((bytes, self))

@@ -2,33 +2,34 @@
 //! ([`crate::load`]), spawn the engine thread, bind the listener and serve until shut down.
 //!
 //! [`ServerHandle`] is the running server. [`ServerHandle::shutdown`] stops
-//! accepting connections, lets requests in flight finish (bounded by
-//! [`SHUTDOWN_GRACE`]), and joins the engine thread; dropping the handle
-//! only signals the shutdown (mini-redis style drop guard).
+//! accepting connections, lets requests in flight finish within
+//! `--shutdown-timeout`, ends the rest with an error event, and joins the
+//! engine thread; dropping the handle only starts the drain (mini-redis
+//! style drop guard). Connections are served by [`crate::listen`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use isobench_api::{ModelCard, unix_now};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::blocks::BlockPool;
 use crate::config::ServerConfig;
-use crate::engine::{self, Engine};
+use crate::engine::{self, Engine, EngineHandle};
 use crate::error::ServerError;
 use crate::http::{self, AppState};
+use crate::listen::{Listening, Phase};
 use crate::load::Loaded;
 use crate::metrics::Metrics;
 use crate::policy;
 use crate::scheduler::State;
 use crate::validate::Validator;
 
-/// How long [`ServerHandle::shutdown`] waits for requests in flight.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// After `--shutdown-timeout`, how long clients have to read the error
+/// event that ends their request before their connections are closed.
+const CUT_GRACE: Duration = Duration::from_secs(5);
 
 /// The embedded model server.
 #[derive(Debug)]
@@ -91,13 +92,16 @@ impl Server {
         let api_key = std::env::var(&config.api_key_env)
             .ok()
             .filter(|key| !key.is_empty());
+        let shutting_down = Arc::new(AtomicBool::new(false));
         let state = Arc::new(AppState {
             validator,
-            engine,
+            engine: engine.clone(),
             metrics: metrics.clone(),
             api_key,
             api_key_env: config.api_key_env.clone(),
             max_body_bytes: config.max_body_bytes,
+            body_read_timeout: config.limits.body_read_timeout,
+            shutting_down: shutting_down.clone(),
             model_card: ModelCard {
                 id: model_name.clone(),
                 object: "model".into(),
@@ -106,26 +110,16 @@ impl Server {
                 max_model_len: Some(loaded.max_model_len),
             },
         });
-        let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
-        let app = http::router(state);
-        let serve = tokio::spawn(async move {
-            let signal = async move {
-                let _ = shutdown_rx.wait_for(|stop| *stop).await;
-            };
-            if let Err(err) = axum::serve(listener, app)
-                .with_graceful_shutdown(signal)
-                .await
-            {
-                tracing::error!(error = %err, "server stopped with an error");
-            }
-        });
+        let listening = Listening::start(listener, http::router(state), config.limits);
         tracing::info!(%addr, model = %model_name, batching = %config.batching.kind(), num_blocks, "serving");
         Ok(ServerHandle {
             addr,
             model_name,
             metrics,
-            shutdown: shutdown_tx,
-            serve: Some(serve),
+            listening,
+            shutdown_timeout: config.limits.shutdown_timeout,
+            shutting_down,
+            engine: Some(engine),
             engine_thread: Some(engine_thread),
         })
     }
@@ -148,8 +142,11 @@ pub struct ServerHandle {
     addr: SocketAddr,
     model_name: String,
     metrics: Arc<Metrics>,
-    shutdown: watch::Sender<bool>,
-    serve: Option<JoinHandle<()>>,
+    listening: Listening,
+    shutdown_timeout: Duration,
+    /// Set when requests still running at `--shutdown-timeout` are ended.
+    shutting_down: Arc<AtomicBool>,
+    engine: Option<EngineHandle>,
     engine_thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -185,27 +182,48 @@ impl ServerHandle {
         self.metrics.render()
     }
 
-    /// Stops accepting connections, waits up to [`SHUTDOWN_GRACE`] for
-    /// requests in flight, then stops the engine.
+    /// Stops accepting connections and closes idle ones; lets requests in
+    /// flight finish within `--shutdown-timeout`; then ends the rest with
+    /// an error (an SSE error event and `[DONE]`, or a 503), closes what is
+    /// left after a few seconds more, and stops the engine.
     pub async fn shutdown(mut self) {
-        let _ = self.shutdown.send(true);
-        if let Some(mut serve) = self.serve.take()
-            && tokio::time::timeout(SHUTDOWN_GRACE, &mut serve)
+        self.listening.enter(Phase::Draining);
+        let timeout = self.shutdown_timeout;
+        if tokio::time::timeout(timeout, self.listening.closed())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?timeout,
+                "requests still in flight after --shutdown-timeout; ending them"
+            );
+            self.shutting_down.store(true, Ordering::Relaxed);
+            self.stop_engine();
+            if tokio::time::timeout(CUT_GRACE, self.listening.closed())
                 .await
                 .is_err()
-        {
-            tracing::warn!("requests still in flight after the grace period; closing them");
-            serve.abort();
-            let _ = serve.await;
+            {
+                self.listening.enter(Phase::Closing);
+                self.listening.closed().await;
+            }
         }
+        self.stop_engine();
         if let Some(engine) = self.engine_thread.take() {
             let _ = tokio::task::spawn_blocking(move || engine.join()).await;
+        }
+    }
+
+    /// Stops the engine thread at its next step; every sequence still
+    /// there ends (its stream gets an error event).
+    fn stop_engine(&mut self) {
+        if let Some(engine) = self.engine.take() {
+            engine.stop();
         }
     }
 }
 
 impl Drop for ServerHandle {
     fn drop(&mut self) {
-        let _ = self.shutdown.send(true);
+        self.listening.enter(Phase::Draining);
     }
 }

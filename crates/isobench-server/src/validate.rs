@@ -70,9 +70,9 @@ impl Validator {
         self.check_model(&request.model)?;
         check_unsupported(&request.extra)?;
         let prompt_tokens = match &request.prompt {
-            PromptInput::Text(text) => self.encode(text, true)?,
+            PromptInput::Text(text) => self.encode_prompt(text)?,
             PromptInput::Tokens(tokens) => self.check_token_ids(tokens.clone())?,
-            PromptInput::Texts(texts) if texts.len() == 1 => self.encode(&texts[0], true)?,
+            PromptInput::Texts(texts) if texts.len() == 1 => self.encode_prompt(&texts[0])?,
             PromptInput::TokenLists(lists) if lists.len() == 1 => {
                 self.check_token_ids(lists[0].clone())?
             }
@@ -122,6 +122,15 @@ impl Validator {
             requested: requested.to_owned(),
             served: self.model_name.clone(),
         })
+    }
+
+    /// A completion prompt: an empty one is refused before the tokenizer
+    /// adds its special tokens to it.
+    fn encode_prompt(&self, text: &str) -> Result<Vec<u32>, ServerError> {
+        if text.is_empty() {
+            return Err(empty_prompt());
+        }
+        self.encode(text, true)
     }
 
     fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, ServerError> {
@@ -179,10 +188,7 @@ impl Validator {
         let limit = context.min(self.pool_tokens);
         let prompt_len = prompt_len as u64;
         if prompt_len == 0 {
-            return Err(ServerError::invalid(
-                "prompt",
-                "the prompt is empty; accepted: at least one token",
-            ));
+            return Err(empty_prompt());
         }
         if prompt_len >= context {
             return Err(ServerError::invalid(
@@ -230,6 +236,13 @@ impl Validator {
             Some(wanted) => Ok(wanted),
         }
     }
+}
+
+fn empty_prompt() -> ServerError {
+    ServerError::invalid(
+        "prompt",
+        "the prompt is empty; accepted: a non-empty string or at least one token id",
+    )
 }
 
 fn sampling_params(wire: &WireSampling) -> Result<SamplingParams, ServerError> {

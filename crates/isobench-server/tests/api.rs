@@ -292,6 +292,23 @@ async fn bad_requests_get_400_naming_the_field() {
             vec!["not supported"],
         ),
         (json!({"model": model}), "prompt", vec!["missing"]),
+        // Regression: an empty string was tokenized to a lone BOS and answered.
+        (
+            json!({"model": model, "prompt": ""}),
+            "prompt",
+            vec!["empty"],
+        ),
+        (
+            json!({"model": model, "prompt": []}),
+            "prompt",
+            vec!["empty"],
+        ),
+        // Regression: serde's "untagged enum PromptInput" said nothing of ids.
+        (
+            json!({"model": model, "prompt": [5, -1]}),
+            "prompt",
+            vec!["token id -1", "integers from 0"],
+        ),
     ];
     for (body, param, parts) in cases {
         let error = expect_error(
@@ -321,6 +338,24 @@ async fn bad_requests_get_400_naming_the_field() {
         .unwrap();
     expect_error(malformed, 400, "invalid_request_error", &["not valid JSON"]).await;
 
+    let form = client()
+        .post(format!("{}/v1/completions", server.url()))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(greedy(&server, "hi", 2).to_string())
+        .send()
+        .await
+        .unwrap();
+    expect_error(
+        form,
+        415,
+        "invalid_request_error",
+        &[
+            "application/x-www-form-urlencoded",
+            "accepted: Content-Type: application/json",
+        ],
+    )
+    .await;
+
     let huge = json!({"model": model, "prompt": "x".repeat(100 * 1024)});
     expect_error(
         post(&server, "/v1/completions", &huge).await,
@@ -332,7 +367,7 @@ async fn bad_requests_get_400_naming_the_field() {
 
     let metrics = server.metrics_text();
     assert!(
-        metrics.contains("isobench_requests_total{status=\"invalid_request_error\"} 16\n"),
+        metrics.contains("isobench_requests_total{status=\"invalid_request_error\"} 20\n"),
         "{metrics}"
     );
     server.shutdown().await;

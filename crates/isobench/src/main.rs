@@ -117,6 +117,27 @@ fn raise_open_file_limit() {
     }
 }
 
+/// Waits for Ctrl-C (SIGINT) or SIGTERM; a signal that cannot be
+/// installed is never waited for.
+async fn interrupt_or_terminate() {
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c() => {}
+        () = terminate => {}
+    }
+}
+
 /// Waits for Ctrl-C; if the signal cannot be installed, waits forever.
 async fn ctrl_c() {
     if tokio::signal::ctrl_c().await.is_err() {

@@ -1,4 +1,7 @@
-//! `isobench serve`: the embedded model server until Ctrl-C.
+//! `isobench serve`: the embedded model server until Ctrl-C (SIGINT) or
+//! SIGTERM (what Docker, Kubernetes and systemd send). Both drain the same
+//! way: stop accepting, let requests in flight finish within
+//! `--shutdown-timeout`, end the rest with an error event, exit 0.
 
 use std::process::ExitCode;
 
@@ -12,12 +15,12 @@ pub async fn serve(args: ServerArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("starting the server for {model}"))?;
     eprintln!(
-        "isobench serve: model {} at {}/v1 (Ctrl-C to stop)",
+        "isobench serve: model {} at {}/v1 (Ctrl-C or SIGTERM to stop)",
         server.model_name(),
         server.url()
     );
-    crate::ctrl_c().await;
-    eprintln!("shutting down");
+    crate::interrupt_or_terminate().await;
+    eprintln!("shutting down: waiting for requests in flight");
     server.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
