@@ -235,25 +235,34 @@ fn median(mut values: Vec<Duration>) -> Duration {
     values[values.len() / 2]
 }
 
-/// Device-to-device copy bandwidth in bytes/s (read + write), from the
-/// median of 10 copies of 1 GiB; `None` on the CPU.
+/// Device-to-device copy bandwidth in bytes/s (read + write): 10 copies
+/// of 1 GiB between two preallocated buffers (`cuMemcpyDtoDAsync`, what
+/// PyTorch's `copy_` does), timed with CUDA events; `None` on the CPU.
+#[cfg(feature = "cuda")]
 fn copy_bandwidth(device: &Device) -> Result<Option<f64>> {
-    if device.is_cpu() {
+    use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
+
+    let Device::Cuda(cuda) = device else {
         return Ok(None);
+    };
+    let stream = cuda.cuda_stream();
+    let bytes = 1usize << 30;
+    let copies = 10;
+    let source = stream.alloc_zeros::<u8>(bytes)?;
+    let mut target = stream.alloc_zeros::<u8>(bytes)?;
+    stream.memcpy_dtod(&source, &mut target)?;
+    let start = stream.record_event(Some(CU_EVENT_DEFAULT))?;
+    for _ in 0..copies {
+        stream.memcpy_dtod(&source, &mut target)?;
     }
-    let elements = 1usize << 28; // 1 GiB of f32
-    let source = Tensor::zeros(elements, DType::F32, device)?;
-    let mut times = Vec::new();
-    for _ in 0..11 {
-        device.synchronize()?;
-        let start = Instant::now();
-        let copy = source.copy()?;
-        device.synchronize()?;
-        times.push(start.elapsed());
-        drop(copy);
-    }
-    let seconds = median(times).as_secs_f64();
-    Ok(Some(2.0 * (elements * 4) as f64 / seconds))
+    let end = stream.record_event(Some(CU_EVENT_DEFAULT))?;
+    let seconds = f64::from(start.elapsed_ms(&end)?) / 1e3;
+    Ok(Some(2.0 * (bytes * copies) as f64 / seconds))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn copy_bandwidth(_device: &Device) -> Result<Option<f64>> {
+    Ok(None)
 }
 
 /// Bytes a decode step reads from weights: every parameter except the
