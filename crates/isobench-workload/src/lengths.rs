@@ -247,13 +247,13 @@ impl LengthDistribution {
             LengthKind::Empirical => {
                 let written = table.path.as_deref().unwrap_or(Path::new(""));
                 let path = context.resolve(&format!("{field}.path"), written)?;
-                let text = std::fs::read_to_string(&path).map_err(|error| {
+                let file = crate::input::open_regular(&path).map_err(|error| {
                     context.field_error(
                         &format!("{field}.path"),
                         format!("cannot read `{}`: {error}", path.display()),
                     )
                 })?;
-                LengthShape::Empirical(Arc::new(Empirical::parse(&path, &text)?))
+                LengthShape::Empirical(Arc::new(Empirical::read(&path, file)?))
             }
         };
         Ok(LengthDistribution { shape, min, max })
@@ -329,22 +329,19 @@ fn count(value: i64, field: &str, context: &FileContext) -> Result<u32, Workload
 }
 
 impl Empirical {
-    fn parse(path: &Path, text: &str) -> Result<Self, WorkloadError> {
+    /// Reads the file line by line (each under [`crate::input::MAX_LINE_BYTES`]).
+    fn read(path: &Path, reader: impl std::io::Read) -> Result<Self, WorkloadError> {
         const FORMAT: &str = "each line holds VALUE or VALUE,WEIGHT (VALUE an integer >= 1, \
                               WEIGHT a number >= 0); `#` starts a comment line";
         let mut values = Vec::new();
         let mut weights = Vec::new();
-        for (index, line) in text.lines().enumerate() {
+        crate::input::for_each_line(path, reader, |number, line| {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
-                continue;
+                return Ok(());
             }
             let bad = |what: &str| {
-                WorkloadError::data(
-                    path,
-                    Some(index + 1),
-                    format!("{what} in `{line}`; {FORMAT}"),
-                )
+                WorkloadError::data(path, Some(number), format!("{what} in `{line}`; {FORMAT}"))
             };
             let (value, weight) = match line.split_once(',') {
                 Some((value, weight)) => (value.trim(), Some(weight.trim())),
@@ -365,7 +362,8 @@ impl Empirical {
             };
             values.push(value);
             weights.push(weight);
-        }
+            Ok(())
+        })?;
         let weights = WeightedIndex::new(&weights).map_err(|_| {
             WorkloadError::data(path, None, format!("no value with a weight > 0; {FORMAT}"))
         })?;

@@ -9,7 +9,8 @@
 //!
 //! - prompts and lengths: synthetic length distributions (`lengths`) with
 //!   prompts synthesised to an exact token count (`synth`, `tokens`), or
-//!   ShareGPT dumps and JSONL traces (`dataset`);
+//!   ShareGPT dumps and JSONL traces (`dataset`), every input file read
+//!   with bounds (`input`);
 //! - when: closed loop, or the open-loop processes of `arrival`;
 //! - [`Distribution`]: the general compact distribution type
 //!   (`uniform:10,30`), also used by the mock endpoint.
@@ -43,6 +44,7 @@ mod dataset;
 mod distribution;
 mod error;
 mod file;
+mod input;
 mod lengths;
 mod load;
 mod plan;
@@ -55,6 +57,7 @@ mod workload;
 
 pub use distribution::Distribution;
 pub use error::WorkloadError;
+pub use input::{MAX_LINE_BYTES, MAX_WORKLOAD_BYTES};
 pub use load::{ArrivalKind, Overrides};
 pub use plan::{ApiKind, LoadShape, Plan, PlannedRequest, Prompt, PromptTokens};
 pub use request::Sampling;

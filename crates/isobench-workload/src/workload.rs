@@ -49,10 +49,7 @@ pub struct Workload {
 impl Workload {
     /// Reads and validates a workload file.
     pub fn from_file(path: &Path) -> Result<Self, WorkloadError> {
-        let text = std::fs::read_to_string(path).map_err(|source| WorkloadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::input::read_workload(path)?;
         Self::from_toml(&text, path)
     }
 

@@ -109,7 +109,7 @@ impl Dataset {
         }
         let filter = LengthFilter::from_raw(raw, context)?;
         let path = context.resolve(&format!("{FIELD}.path"), &raw.path)?;
-        let read_error = |error: std::io::Error| {
+        let read_error = |error: String| {
             context.field_error(
                 &format!("{FIELD}.path"),
                 format!("cannot read `{}`: {error}", path.display()),
@@ -117,7 +117,7 @@ impl Dataset {
         };
         match raw.kind {
             DatasetKind::Sharegpt => {
-                let file = std::fs::File::open(&path).map_err(read_error)?;
+                let file = crate::input::open_regular(&path).map_err(read_error)?;
                 let dataset = ShareGpt::read(&path, file, filter, raw.shuffle.unwrap_or(true))?;
                 Ok(Dataset::ShareGpt(Arc::new(dataset.repeating(raw.repeat))))
             }
@@ -131,9 +131,9 @@ impl Dataset {
                         ),
                     ));
                 }
-                let text = std::fs::read_to_string(&path).map_err(read_error)?;
+                let file = crate::input::open_regular(&path).map_err(read_error)?;
                 let unit = raw.timestamp_unit.unwrap_or_default();
-                let trace = Trace::parse(&path, &text, unit, time_scale, &filter)?;
+                let trace = Trace::read(&path, file, unit, time_scale, &filter)?;
                 if trace.is_empty() {
                     return Err(context.field_error(
                         FIELD,

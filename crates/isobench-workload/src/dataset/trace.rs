@@ -54,20 +54,20 @@ struct RawRecord {
 }
 
 impl Trace {
-    /// Parses and filters a trace; errors give the line of the bad record.
-    pub(crate) fn parse(
+    /// Reads and filters a trace line by line (only the kept records stay
+    /// in memory); errors give the line of the bad record.
+    pub(crate) fn read(
         path: &Path,
-        text: &str,
+        reader: impl std::io::Read,
         unit: TimestampUnit,
         time_scale: f64,
         filter: &LengthFilter,
     ) -> Result<Self, WorkloadError> {
         let mut timed: Vec<(Option<f64>, TraceRecord)> = Vec::new();
         let mut missing_timestamp = None;
-        for (index, line) in text.lines().enumerate() {
-            let line_number = index + 1;
+        crate::input::for_each_line(path, reader, |line_number, line| {
             if line.trim().is_empty() {
-                continue;
+                return Ok(());
             }
             let bad = |message: String| {
                 WorkloadError::data(path, Some(line_number), format!("{message}; {FORMAT}"))
@@ -98,7 +98,8 @@ impl Trace {
             if filter.keeps(record.input_tokens, record.output_tokens) {
                 timed.push((raw.timestamp, record));
             }
-        }
+            Ok(())
+        })?;
         if missing_timestamp.is_none() {
             timed.sort_by(|(a, _), (b, _)| a.unwrap_or(0.0).total_cmp(&b.unwrap_or(0.0)));
             let first = timed
@@ -183,9 +184,9 @@ mod tests {
                          {\"timestamp\": 2500, \"input_length\": 20, \"output_length\": 3}\n";
 
     fn parse(text: &str, unit: TimestampUnit, scale: f64) -> Result<Trace, WorkloadError> {
-        Trace::parse(
+        Trace::read(
             Path::new("t.jsonl"),
-            text,
+            text.as_bytes(),
             unit,
             scale,
             &LengthFilter::none(),
@@ -225,9 +226,9 @@ mod tests {
             min_input: 15,
             ..LengthFilter::none()
         };
-        let trace = Trace::parse(
+        let trace = Trace::read(
             Path::new("t"),
-            TRACE,
+            TRACE.as_bytes(),
             TimestampUnit::Milliseconds,
             1.0,
             &filter,
