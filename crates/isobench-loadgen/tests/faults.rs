@@ -8,12 +8,14 @@
 //! - a stream with no content event: `no_content`;
 //! - a 200 of the wrong content type: `wrong_content_type`;
 //! - a redirect: `http_301`, and the preflight names it;
-//! - an endless event: `malformed_event` at the size cap, at once.
+//! - an endless event: `malformed_event` at the size cap, at once;
+//! - a server that hangs before or after the answer's head: `timeout`.
 
 #[path = "common/faults.rs"]
 mod faults;
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use faults::*;
 use isobench_loadgen::{HttpBackend, LoadgenError};
@@ -179,4 +181,25 @@ async fn a_raised_cap_accepts_a_large_event() {
     raised.max_event_bytes = 4 << 20;
     let (outcome, _) = run_logged(raised, 1, 1).await;
     assert_eq!(outcome.counts.completed, 1);
+}
+
+/// A server that goes silent before the status line, or after the head of
+/// a streamed answer, costs the request its timeout and no more: the
+/// failure is a `timeout`, with an E2E of at least the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hang_before_or_after_the_head_is_a_timeout() {
+    for send_head in [false, true] {
+        let url = silent_server(send_head).await;
+        let mut short = config(&url);
+        short.timeout = Duration::from_millis(300);
+        let (_, lines) = run_logged(short, 2, 2).await;
+        assert_eq!(
+            error_kinds(&lines),
+            vec!["timeout"; 2],
+            "head sent: {send_head}"
+        );
+        for line in &lines {
+            assert!(line["e2e_ms"].as_f64().unwrap() >= 300.0, "{line}");
+        }
+    }
 }

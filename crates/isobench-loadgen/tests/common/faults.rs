@@ -223,3 +223,27 @@ async fn read_request(socket: &mut TcpStream) -> Option<String> {
         }
     }
 }
+
+/// A server that reads each request and then says nothing more: not even
+/// the status line, or (`send_head`) only the head of a streamed answer.
+/// It holds the connection until the client closes it.
+pub async fn silent_server(send_head: bool) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if read_request(&mut socket).await.is_none() {
+                    return;
+                }
+                if send_head {
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+                    let _ = socket.write_all(head.as_bytes()).await;
+                }
+                let mut sink = [0u8; 64];
+                while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    url
+}
