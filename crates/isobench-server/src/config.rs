@@ -641,7 +641,8 @@ mod tests {
     #[test]
     fn bad_engine_flags_name_the_flag_and_what_is_accepted() {
         for fraction in ["0", "0.96", "-0.5", "NaN"] {
-            let err = parse(&["--gpu-memory-fraction", fraction]).unwrap_err();
+            let flag = format!("--gpu-memory-fraction={fraction}");
+            let err = parse(&[&flag]).unwrap_err();
             assert!(
                 err.contains("--gpu-memory-fraction") && err.contains("at most 0.95"),
                 "{fraction}: {err}"

@@ -4,6 +4,8 @@
 //! per-request JSONL log that the engine streams while the run goes.
 //! Everything the end of the run needs (output paths, flag values) is
 //! checked before it starts ([`precheck`]).
+//! Against a target that describes its GPU on `/metrics` the report gets
+//! a `gpu` section ([`crate::gpu`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,10 +20,13 @@ use isobench_loadgen::{
 use isobench_metrics::{Recorder, Slo, assess_validity_with_max_error_rate};
 use isobench_report::{PromptTokenSource, Report, RunMeta, format_started_at, table};
 use isobench_server::config::{DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_WAIT};
-use isobench_server::{BatchingConfig, BatchingKind, Server, ServerConfig, ServerHandle};
+use isobench_server::{
+    BatchingConfig, BatchingKind, EngineArgs, Server, ServerConfig, ServerHandle,
+};
 use isobench_workload::{ApiKind, ArrivalKind, Overrides, PromptTokens, Workload};
 use tokio_util::sync::CancellationToken;
 
+use crate::gpu::GpuProbe;
 use crate::tokens::TokenizerCounter;
 
 mod precheck;
@@ -76,6 +81,11 @@ pub struct RunArgs {
     /// Batching policy of the embedded server (used without --target).
     #[arg(long, value_enum, default_value_t = BatchingKind::Continuous)]
     batching: BatchingKind,
+
+    /// The embedded server's engine (used without --target): --device,
+    /// --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks, --kv-memory.
+    #[command(flatten)]
+    engine: EngineArgs,
 
     /// Closed loop: requests in flight. Open loop: a cap on requests in flight.
     #[arg(long, value_name = "N")]
@@ -180,6 +190,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let (backend, model) = connect(&args, &workload, &target, tokenizer.as_deref()).await?;
 
+    let gpu = GpuProbe::start(&target.url()).await;
     let cancel = CancellationToken::new();
     let interrupt = tokio::spawn(watch_ctrl_c(cancel.clone()));
     let started_at = SystemTime::now();
@@ -193,6 +204,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let outcome = isobench_loadgen::run(plan, Arc::new(backend), options).await;
     interrupt.abort();
+    let gpu = match (gpu, &outcome) {
+        (Some(probe), Ok(outcome)) => Some(probe.finish(outcome.started, outcome.window).await),
+        _ => None,
+    };
     let url = target.url();
     target.stop().await;
     let outcome = outcome?;
@@ -214,7 +229,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             PromptTokens::Approximate => PromptTokenSource::Approximate,
         },
     };
-    let report = build_report(meta, &outcome, args.max_error_rate);
+    let mut report = build_report(meta, &outcome, args.max_error_rate);
+    if let Some(gpu) = gpu {
+        report = report.with_gpu(gpu);
+    }
     println!("{}", table::render(&report));
     report.write_json(&output)?;
     eprintln!("report: {}", output.display());
@@ -303,12 +321,18 @@ fn same_objective(a: &Slo, b: &Slo) -> bool {
 /// Where the requests go.
 enum Target {
     External(String),
-    Embedded(ServerHandle, PathBuf),
+    Embedded(Box<ServerHandle>, PathBuf),
 }
 
 impl Target {
     async fn start(args: &RunArgs) -> anyhow::Result<Self> {
         if let Some(url) = &args.target {
+            if args.engine != EngineArgs::default() {
+                bail!(
+                    "--device, --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks and --kv-memory \
+                     apply to the embedded server only; without --target, or pass them to `isobench serve`"
+                );
+            }
             return Ok(Target::External(url.clone()));
         }
         let folder = resolve_model_folder(&args.server_model)?;
@@ -324,6 +348,7 @@ impl Target {
             },
             BatchingKind::Continuous => BatchingConfig::default(),
         };
+        args.engine.apply(&mut config);
         eprintln!(
             "no --target: starting the embedded server ({}, {} batching)",
             folder.display(),
@@ -332,7 +357,7 @@ impl Target {
         let server = Server::start(config)
             .await
             .with_context(|| format!("starting the embedded server for {}", folder.display()))?;
-        Ok(Target::Embedded(server, folder))
+        Ok(Target::Embedded(Box::new(server), folder))
     }
 
     fn url(&self) -> String {
