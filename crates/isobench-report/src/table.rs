@@ -110,6 +110,13 @@ fn requests(out: &mut String, summary: &Summary) {
         "requests  {} completed, {} failed, {} cancelled ({} warm-up, excluded)",
         r.completed, r.failed, r.cancelled, r.warmup
     );
+    if r.retries > 0 {
+        let _ = writeln!(
+            out,
+            "          {} sent again on a new connection after a reused one closed (docs/reliability.md)",
+            r.retries
+        );
+    }
     if !summary.errors.is_empty() {
         let errors: Vec<String> = summary
             .errors

@@ -155,6 +155,7 @@ fn the_table_shows_every_section() {
         "workload chat (workloads/chat.toml)",
         "216 completed, 12 failed, 4 cancelled (8 warm-up, excluded)",
         "errors    cancelled 4, http_429 6, timeout 6",
+        "5 sent again on a new connection", // 6 retried, 1 a warm-up
         "latency (ms)",
         "TTFT from schedule",
         "ITL per event",

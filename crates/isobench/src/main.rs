@@ -11,8 +11,10 @@
 //! - `isobench summary REPORT.json...`: many runs, one row each ([`summary`]).
 //!
 //! Exit codes: 0 success; 1 an SLO given on the command line was missed;
-//! 2 an error (bad input, unreachable endpoint); 130 interrupted by Ctrl-C
-//! (the report of what finished is still written).
+//! 2 an error (bad input, an output that cannot be written, unreachable
+//! endpoint); 3 the run is invalid for its errors (`--max-error-rate`);
+//! 130 interrupted by Ctrl-C (the report of what finished is still written
+//! for 1, 3 and 130). docs/cli.md has the table.
 
 mod compare;
 mod gpu;
