@@ -1,0 +1,358 @@
+#!/usr/bin/env bash
+# The GPU benchmark of issue 6, run on the GPU machine from the repository
+# root: checks the GPU, runs the GPU correctness checks, then the
+# benchmarks, and prints the summary table last. docs/gpu.md says how to
+# build the binaries (into .gpu/) and carry them there.
+#
+#   scripts/gpu-bench.sh --part PART OUTDIR [--policy P] [--workloads LIST]
+#                        [--concurrency LIST] [--model DIR] [--budget SECONDS]
+#
+# PART (each fits in the device tool's 10 minutes per command):
+#   checks      nvidia-smi, then the three below (needs all three binaries)
+#   check-kernels  .gpu/gpu_kernels: the paged-attention kernels
+#   check-model    .gpu/step_bench --check (f32 small model, then the 1B
+#                  shape): GPU against CPU, graphs against eager, bf16
+#   check-server   greedy equivalence of every batching policy, and of
+#                  preemption under a forced small pool, through
+#                  `.gpu/isobench serve --device cuda:0`
+#   steps       .gpu/step_bench on the 1B and 8B shapes, batch
+#               1,8,32,64,128, graphs off and on (CUDA-event step times
+#               against the memory-bandwidth floor)
+#   hf          scripts/hf_decode_bench.py: Hugging Face transformers on the
+#               same shapes, eager and compiled static cache
+#   serving-1b  isobench run of workloads short, long, batched and chat at
+#   serving-8b  concurrency 1,8,32,64,128 (closed loop) against
+#               `.gpu/isobench serve --device cuda:0 --dtype bf16`, once per
+#               batching policy (static, dynamic, continuous)
+#
+# OUTDIR gets at most two files per part: PART.tar.gz (every raw JSON and
+# log) and PART-summary.txt (the table printed last). --policy,
+# --workloads and --concurrency narrow a serving part (to split it over
+# several calls); --model DIR serves another folder in a serving part;
+# --budget (default 510 s) stops starting new serving runs once that much
+# time has passed, and the summary lists what was skipped.
+# GPU_BENCH_BIN (default .gpu) is where the binaries are; GPU_BENCH_DEVICE
+# (default cuda:0; `cpu` for a dry run of the script, f32) the device.
+set -euo pipefail
+
+usage() {
+    sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+}
+
+PART=""
+OUTDIR=""
+POLICIES="static dynamic continuous"
+WORKLOADS="short long batched chat"
+CONCURRENCY="1 8 32 64 128"
+BUDGET=510
+MODEL=""
+BIN="${GPU_BENCH_BIN:-.gpu}"
+DEVICE="${GPU_BENCH_DEVICE:-cuda:0}"
+DTYPE=bf16
+[ "$DEVICE" != cpu ] || DTYPE=f32
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --part) PART="${2:?--part needs a value}"; shift 2 ;;
+        --policy) POLICIES="${2//,/ }"; shift 2 ;;
+        --workloads) WORKLOADS="${2//,/ }"; shift 2 ;;
+        --concurrency) CONCURRENCY="${2//,/ }"; shift 2 ;;
+        --budget) BUDGET="${2:?--budget needs seconds}"; shift 2 ;;
+        --model) MODEL="${2:?--model needs a model folder}"; shift 2 ;;
+        -h|--help) usage ;;
+        -*) echo "gpu-bench: unknown flag $1; accepted: --part, --policy, --workloads, --concurrency, --model, --budget" >&2; exit 2 ;;
+        *) [ -z "$OUTDIR" ] || { echo "gpu-bench: one OUTDIR only (got $OUTDIR and $1)" >&2; exit 2; }
+           OUTDIR="$1"; shift ;;
+    esac
+done
+case "$PART" in
+    checks|check-kernels|check-model|check-server|steps|hf|serving-1b|serving-8b) ;;
+    *) echo "gpu-bench: --part must be one of checks, check-kernels, check-model, check-server, steps, hf, serving-1b, serving-8b (got '${PART}')" >&2; exit 2 ;;
+esac
+[ -n "$OUTDIR" ] || { echo "gpu-bench: give the output folder, e.g. \$OUT/gpu" >&2; exit 2; }
+for p in $POLICIES; do
+    case "$p" in static|dynamic|continuous) ;; *) echo "gpu-bench: --policy $p: accepted: static, dynamic, continuous" >&2; exit 2 ;; esac
+done
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+mkdir -p "$OUTDIR"
+WORK="$(mktemp -d /tmp/gpu-bench.XXXXXX)"
+RAW="$WORK/$PART"
+mkdir -p "$RAW"
+SUMMARY="$OUTDIR/$PART-summary.txt"
+START=$SECONDS
+SERVER_PID=""
+FAILED=0
+
+log() { echo "[gpu-bench $((SECONDS - START))s] $*" >&2; }
+# A summary line: printed and kept in PART-summary.txt.
+say() { echo "$*" | tee -a "$SUMMARY"; }
+
+stop_server() {
+    if [ -n "$SERVER_PID" ]; then
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
+    fi
+}
+
+finish() {
+    stop_server
+    tar -czf "$OUTDIR/$PART.tar.gz" -C "$WORK" "$PART"
+    rm -rf "$WORK"
+}
+trap finish EXIT
+
+need() {
+    [ -x "$1" ] || { echo "gpu-bench: $1 is missing: build it as docs/gpu.md says and copy it to .gpu/" >&2; exit 2; }
+}
+
+# Starts `"$BIN/isobench" serve` on PORT with the remaining flags; waits for
+# /health (the model loads first).
+start_server() {
+    local port="$1" name="$2"
+    shift 2
+    "$BIN/isobench" serve --device "$DEVICE" --port "$port" "$@" >"$RAW/$name.server.log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 600); do
+        if python3 - "$port" <<'EOF' 2>/dev/null; then return 0; fi
+import sys, urllib.request
+urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=1).read()
+EOF
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+            log "server $name exited: $(tail -3 "$RAW/$name.server.log")"
+            SERVER_PID=""
+            return 1
+        fi
+        sleep 0.5
+    done
+    log "server $name not healthy after 300 s"
+    return 1
+}
+
+gpu_info() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader >"$RAW/nvidia-smi.csv" 2>&1 \
+        || { echo "gpu-bench: nvidia-smi failed: $(cat "$RAW/nvidia-smi.csv")" >&2; exit 2; }
+    cat "$RAW/nvidia-smi.csv"
+}
+
+check_kernels() {
+    need "$BIN/gpu_kernels"
+    local status
+    log "paged-attention kernels"
+    if "$BIN/gpu_kernels" >"$RAW/gpu_kernels.txt" 2>&1; then status=PASS; else status=FAIL; FAILED=1; fi
+    say "$status gpu_kernels ($(grep -c '^PASS' "$RAW/gpu_kernels.txt" || true) cases passed, $(grep -c '^FAIL' "$RAW/gpu_kernels.txt" || true) failed)"
+}
+
+check_model() {
+    need "$BIN/step_bench"
+    local status model
+    for model in small-llama llama-3.2-1b-shape; do
+        log "step_bench --check $model"
+        if "$BIN/step_bench" --check --device "$DEVICE" --model "models/$model" >"$RAW/step_check-$model.txt" 2>&1; then
+            status=PASS
+        else
+            status=FAIL; FAILED=1
+        fi
+        say "$status step_bench --check $model: $(grep -E '^(PASS|FAIL)' "$RAW/step_check-$model.txt" | tr '\n' ';')"
+    done
+}
+
+check_server() {
+    need "$BIN/isobench"
+    log "batching-policy equivalence through the server"
+    local port=18431 name flags
+    for name in static dynamic continuous small-pool; do
+        case "$name" in
+            static) flags=(--batching static --max-batch-size 16) ;;
+            dynamic) flags=(--batching dynamic --max-batch-size 16 --max-wait 20ms) ;;
+            continuous) flags=(--batching continuous --max-num-seqs 16 --max-num-batched-tokens 96) ;;
+            small-pool) flags=(--batching continuous --max-num-seqs 16 --kv-blocks 24) ;;
+        esac
+        if start_server "$port" "equivalence-$name" --model models/small-llama --dtype f32 "${flags[@]}" \
+            && python3 - "$port" "$name" >"$RAW/equivalence-$name.txt" 2>&1 <<'EOF'; then
+import json, sys, threading, urllib.request
+port, name = sys.argv[1], sys.argv[2]
+base = f"http://127.0.0.1:{port}"
+model = json.load(urllib.request.urlopen(f"{base}/v1/models"))["data"][0]["id"]
+
+def complete(i):
+    # Prompts of 7..51 token ids and 24..63 new tokens: mixed lengths, so
+    # sequences join and leave batches at different steps.
+    body = {"model": model, "prompt": [(i * 37 + k * 11) % 500 + 3 for k in range(7 + 4 * i)],
+        "max_tokens": 24 + (i * 13) % 40, "temperature": 0, "ignore_eos": True}
+    request = urllib.request.Request(f"{base}/v1/completions", json.dumps(body).encode(),
+                                 {"content-type": "application/json"})
+    answer = json.load(urllib.request.urlopen(request, timeout=120))
+    return answer["choices"][0]["text"], answer["usage"]["completion_tokens"]
+
+def metric(text, key):
+    return next((float(l.split()[-1]) for l in text.splitlines() if l.startswith(key + " ")), 0.0)
+
+n = 12
+alone = [complete(i) for i in range(n)]
+together = [None] * n
+def worker(i):
+    together[i] = complete(i)
+threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+for t in threads: t.start()
+for t in threads: t.join()
+metrics = urllib.request.urlopen(f"{base}/metrics").read().decode()
+mismatches = [i for i in range(n) if alone[i] != together[i]]
+graphs = metric(metrics, "isobench_cuda_graph_replays_total")
+preempted = metric(metrics, "isobench_preemptions_total")
+print(json.dumps({"policy": name, "requests": n, "mismatches": mismatches,
+              "graph_replays": graphs, "preemptions": preempted}))
+ok = not mismatches and graphs > 0 and (name != "small-pool" or preempted > 0)
+print(f"{'PASS' if ok else 'FAIL'} {name}: {n - len(mismatches)}/{n} requests equal alone and batched, "
+      f"{graphs:.0f} graph replays, {preempted:.0f} preemptions")
+sys.exit(0 if ok else 1)
+EOF
+            say "$(tail -1 "$RAW/equivalence-$name.txt")"
+        else
+            FAILED=1
+            say "FAIL $name: $(tail -2 "$RAW/equivalence-$name.txt" 2>/dev/null | tr '\n' ' ')"
+        fi
+        stop_server
+        port=$((port + 1))
+    done
+}
+
+part_checks() {
+    say "GPU: $(gpu_info)"
+    case "$PART" in
+        checks) check_kernels; check_model; check_server ;;
+        check-kernels) check_kernels ;;
+        check-model) check_model ;;
+        check-server) check_server ;;
+    esac
+    if [ "$FAILED" = 0 ]; then say "GPU CHECKS OK ($PART)"; else say "GPU CHECKS FAILED ($PART)"; fi
+}
+
+part_steps() {
+    need "$BIN/step_bench"
+    say "GPU: $(gpu_info)"
+    for model in llama-3.2-1b-shape llama-3-8b-shape; do
+        log "step_bench $model"
+        "$BIN/step_bench" --device "$DEVICE" --dtype "$DTYPE" --model "models/$model" --graphs both \
+            --batch 1,8,32,64,128 --context 512 --steps 32 >"$RAW/step_bench-$model.txt" 2>&1 \
+            || { FAILED=1; say "FAIL step_bench $model: $(tail -2 "$RAW/step_bench-$model.txt")"; }
+        say "$(grep -v '^{' "$RAW/step_bench-$model.txt")"
+    done
+}
+
+part_hf() {
+    say "GPU: $(gpu_info)"
+    log "transformers decode benchmark"
+    python3 scripts/hf_decode_bench.py --batch 1,8,32,64,128 --context 512 --steps 32 \
+        >"$RAW/hf_decode_bench.txt" 2>&1 || { FAILED=1; say "FAIL hf_decode_bench: $(tail -3 "$RAW/hf_decode_bench.txt")"; }
+    say "$(grep -v '^{' "$RAW/hf_decode_bench.txt" | tail -40)"
+}
+
+# Requests per run: enough for every concurrency slot to turn over twice.
+requests_for() {
+    local c="$1" min="$2"
+    echo $((c * 2 > min ? c * 2 : min))
+}
+
+part_serving() {
+    local model="${MODEL:-models/$1}" min_requests="$2"
+    model="${model%/}"
+    need "$BIN/isobench"
+    echo "GPU: $(gpu_info)" >>"$SUMMARY"
+    local port=18471 policy flags workload c out skipped=""
+    for policy in $POLICIES; do
+        case "$policy" in
+            static) flags=(--batching static --max-batch-size 128) ;;
+            dynamic) flags=(--batching dynamic --max-batch-size 128 --max-wait 50ms) ;;
+            continuous) flags=(--batching continuous --max-num-seqs 128 --max-num-batched-tokens 2048) ;;
+        esac
+        if [ $((SECONDS - START)) -ge "$BUDGET" ]; then skipped="$skipped $policy(all)"; continue; fi
+        log "server $model $policy"
+        if ! start_server "$port" "serve-$policy" --model "$model" --dtype "$DTYPE" "${flags[@]}"; then
+            FAILED=1; skipped="$skipped $policy(server failed)"; continue
+        fi
+        for workload in $WORKLOADS; do
+            for c in $CONCURRENCY; do
+                if [ $((SECONDS - START)) -ge "$BUDGET" ]; then skipped="$skipped $policy/$workload/c$c"; continue; fi
+                out="$RAW/$policy/$workload-c$c.json"
+                mkdir -p "$RAW/$policy"
+                log "$policy $workload concurrency $c"
+                "$BIN/isobench" run "workloads/$workload.toml" --target "http://127.0.0.1:$port" \
+                    --tokenizer "$model/tokenizer.json" --arrival closed --concurrency "$c" \
+                    --max-requests "$(requests_for "$c" "$min_requests")" --warmup "$((c < 8 ? 2 : 8))" \
+                    --quiet --output "$out" --log "${out%.json}.requests.jsonl" \
+                    >"${out%.json}.txt" 2>&1 \
+                    || { log "run failed (exit $?): $(tail -2 "${out%.json}.txt" | tr '\n' ' ')"; }
+            done
+        done
+        stop_server
+        port=$((port + 1))
+    done
+    [ -z "$skipped" ] || echo "skipped after the ${BUDGET}s budget:$skipped" >>"$SUMMARY"
+    python3 - "$RAW" "$model" "$DTYPE" >>"$SUMMARY" <<'EOF'
+import json, pathlib, sys
+raw, model = pathlib.Path(sys.argv[1]), sys.argv[2]
+rows = {}
+for path in sorted(raw.glob("*/*.json")):
+    policy = path.parent.name
+    workload, c = path.stem.rsplit("-c", 1)
+    r = json.loads(path.read_text())
+    s, gpu = r["summary"], r.get("gpu") or {}
+    lat = s["latency"]
+    def ms(metric, p):
+        stats = lat.get(metric)
+        return stats[p] if stats else None
+    rows[(workload, int(c), policy)] = {
+        "tok_s": s["throughput"]["output_tokens_per_s"],
+        "ttft50": ms("ttft", "p50_ms"), "ttft99": ms("ttft", "p99_ms"),
+        "tpot50": ms("tpot", "p50_ms"), "tpot99": ms("tpot", "p99_ms"),
+        "j_tok": gpu.get("energy_per_output_token_j"),
+        "peak_gib": gpu["peak_memory_bytes"] / 2**30 if gpu else None,
+        "ok": s["requests"]["completed"], "failed": s["requests"]["failed"],
+        "valid": r["validity"]["valid"],
+    }
+def f(v, fmt):
+    width = int(fmt.split(".")[0] or 0)
+    return "-".rjust(width) if v is None else format(v, fmt)
+print(f"\nserving {model} ({sys.argv[3]}, closed loop; TTFT/TPOT in ms; J/token and peak memory from NVML)")
+print(f"{'workload':9} {'conc':>4} {'policy':11} {'out tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
+      f"{'TPOT p50':>8} {'TPOT p99':>8} {'J/token':>8} {'peak GiB':>8} {'ok/fail':>8}")
+for workload, c, policy in sorted(rows, key=lambda k: (k[0], k[1], ["static", "dynamic", "continuous"].index(k[2]))):
+    r = rows[(workload, c, policy)]
+    print(f"{workload:9} {c:>4} {policy:11} {f(r['tok_s'], '9.1f')} {f(r['ttft50'], '9.1f')} {f(r['ttft99'], '9.1f')} "
+          f"{f(r['tpot50'], '8.2f')} {f(r['tpot99'], '8.2f')} {f(r['j_tok'], '8.4f')} {f(r['peak_gib'], '8.1f')} "
+          f"{r['ok']:>4}/{r['failed']:<3}{'' if r['valid'] else ' INVALID'}")
+print("\ncontinuous against the better of static and dynamic, concurrency >= 8 (output tok/s ratio, p99 TTFT ratio):")
+for (workload, c, policy) in sorted(rows):
+    if policy != "continuous" or c < 8:
+        continue
+    others = [rows[k] for k in [(workload, c, "static"), (workload, c, "dynamic")] if k in rows]
+    if not others:
+        continue
+    best_tok = max(o["tok_s"] for o in others)
+    best_ttft = min((o["ttft99"] for o in others if o["ttft99"] is not None), default=None)
+    r = rows[(workload, c, policy)]
+    tok = r["tok_s"] / best_tok if best_tok else None
+    ttft = r["ttft99"] / best_ttft if best_ttft and r["ttft99"] is not None else None
+    verdict = "WIN" if tok and tok > 1 and ttft is not None and ttft < 1 else "no win"
+    print(f"  {workload:9} c={c:<4} tok/s x{f(tok, '.2f')}  p99 TTFT x{f(ttft, '.2f')}  {verdict}")
+EOF
+    cat "$SUMMARY"
+}
+
+: >"$SUMMARY"
+log "part $PART into $OUTDIR"
+gpu_info >/dev/null
+case "$PART" in
+    checks|check-*) part_checks ;;
+    steps) part_steps ;;
+    hf) part_hf ;;
+    serving-1b) part_serving llama-3.2-1b-shape 16 ;;
+    serving-8b) part_serving llama-3-8b-shape 8 ;;
+esac
+log "done"
+exit "$FAILED"
