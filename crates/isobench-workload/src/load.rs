@@ -103,9 +103,14 @@ impl FromStr for ArrivalKind {
 ///   `R` and replaces the rate of a constant, Poisson or gamma one; it is an
 ///   error on burst and trace arrivals, and with `--arrival closed`;
 /// - `--concurrency N` is the closed loop's concurrency, or the cap on
-///   requests in flight on top of an open-loop process;
-/// - `--burstiness` (gamma only), `--max-requests`, `--duration`,
-///   `--warmup` and `--seed` replace the file's values.
+///   requests in flight on top of an open-loop process; when the flags turn
+///   a closed-loop file into an open loop, the file's `concurrency` is
+///   dropped (no cap) unless `--concurrency` is given;
+/// - `--max-requests` and `--duration` replace the file's stop conditions:
+///   given either, the file's `max_requests` and `duration` are both
+///   dropped;
+/// - `--burstiness` (gamma only), `--warmup` and `--seed` replace the
+///   file's values.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Overrides {
     /// `--concurrency N`
@@ -424,9 +429,20 @@ impl LoadSettings {
             WorkloadError::flag("--arrival", message)
         })?;
         self.given = values;
-        self.concurrency = overrides.concurrency.or(self.concurrency);
-        self.max_requests = overrides.max_requests.or(self.max_requests);
-        self.duration = overrides.duration.or(self.duration);
+        // The file's closed-loop concurrency is no cap for an open loop the
+        // command line asked for: it would quietly close the loop again.
+        let opened = current == ArrivalKind::Closed && kind != ArrivalKind::Closed;
+        self.concurrency = match overrides.concurrency {
+            Some(concurrency) => Some(concurrency),
+            None if opened => None,
+            None => self.concurrency,
+        };
+        // A stop condition on the command line replaces all of the file's:
+        // `--duration 5s` must not end at the file's `max_requests`.
+        if overrides.max_requests.is_some() || overrides.duration.is_some() {
+            self.max_requests = overrides.max_requests;
+            self.duration = overrides.duration;
+        }
         self.warmup = overrides.warmup.unwrap_or(self.warmup);
         Ok(())
     }

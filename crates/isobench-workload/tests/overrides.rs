@@ -40,8 +40,10 @@ fn description(workload: &Workload) -> String {
     workload.plan(None).unwrap().shape.description
 }
 
+/// Regression: `--rate 20` on a closed-loop file kept its `concurrency = 8`
+/// as a cap, so a slow server quietly closed the loop again.
 #[test]
-fn rate_turns_a_closed_loop_into_poisson_with_its_concurrency_as_cap() {
+fn rate_turns_a_closed_loop_into_an_uncapped_open_loop() {
     let workload = applied(
         closed_file(),
         Overrides {
@@ -51,13 +53,85 @@ fn rate_turns_a_closed_loop_into_poisson_with_its_concurrency_as_cap() {
     );
     assert_eq!(workload.arrival(), ArrivalKind::Poisson);
     let plan = workload.plan(None).unwrap();
-    assert_eq!(
-        plan.shape.description,
-        "poisson 20 req/s, at most 8 in flight"
-    );
-    assert_eq!(plan.shape.max_concurrency, Some(8));
+    assert_eq!(plan.shape.description, "poisson 20 req/s");
+    assert_eq!(plan.shape.max_concurrency, None);
     assert_eq!(plan.shape.offered_rate, Some(20.0));
     assert!(first(plan, 3).iter().all(|r| r.offset.is_some()));
+    for arrival in [ArrivalKind::Constant, ArrivalKind::Gamma] {
+        let workload = applied(
+            closed_file(),
+            Overrides {
+                arrival: Some(arrival),
+                rate: Some(20.0),
+                ..Overrides::default()
+            },
+        );
+        assert_eq!(workload.plan(None).unwrap().shape.max_concurrency, None);
+    }
+}
+
+#[test]
+fn an_open_loop_keeps_a_cap_given_with_it_or_in_an_open_loop_file() {
+    let capped_by_flag = applied(
+        closed_file(),
+        Overrides {
+            rate: Some(20.0),
+            concurrency: Some(4),
+            ..Overrides::default()
+        },
+    );
+    let plan = capped_by_flag.plan(None).unwrap();
+    assert_eq!(
+        plan.shape.description,
+        "poisson 20 req/s, at most 4 in flight"
+    );
+    assert_eq!(plan.shape.max_concurrency, Some(4));
+    let capped = workload(&format!(
+        "{REQUEST}[load]\narrival = \"poisson\"\nrate = 5.0\nconcurrency = 3\nmax_requests = 5\n"
+    ));
+    let faster = applied(
+        capped,
+        Overrides {
+            rate: Some(50.0),
+            ..Overrides::default()
+        },
+    );
+    assert_eq!(faster.plan(None).unwrap().shape.max_concurrency, Some(3));
+}
+
+/// Regression: `short.toml --rate 2000 --duration 5s` stopped after 0.09 s
+/// at the file's `max_requests = 200`.
+#[test]
+fn a_stop_condition_flag_replaces_all_of_the_files() {
+    let mut short = Workload::from_file(&common::workloads().join("short.toml")).unwrap();
+    short
+        .apply(&Overrides {
+            rate: Some(2000.0),
+            duration: Some(Duration::from_secs(5)),
+            ..Overrides::default()
+        })
+        .unwrap();
+    let plan = short.plan(None).unwrap();
+    assert_eq!(plan.shape.max_requests, None);
+    assert_eq!(plan.shape.duration, Some(Duration::from_secs(5)));
+    assert_eq!(plan.shape.max_concurrency, None);
+    assert_eq!(plan.shape.description, "poisson 2000 req/s, 8 warm-up");
+
+    let timed = workload(&format!(
+        "{REQUEST}[load]\nconcurrency = 2\nduration = \"1h\"\nmax_requests = 100\n"
+    ));
+    let fewer = applied(
+        timed,
+        Overrides {
+            max_requests: Some(3),
+            ..Overrides::default()
+        },
+    );
+    let plan = fewer.plan(None).unwrap();
+    assert_eq!(plan.shape.duration, None);
+    assert_eq!(plan.shape.max_requests, Some(3));
+    assert_eq!(plan.shape.max_concurrency, Some(2), "still a closed loop");
+    assert_eq!(plan.requests.count(), 3);
 }
 
 #[test]
