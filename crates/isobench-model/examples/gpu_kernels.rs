@@ -1,0 +1,495 @@
+//! GPU check of the paged-attention kernels (`--features cuda`, run on the
+//! GPU machine; docs/gpu.md).
+//!
+//! 1. Correctness: on fresh random inputs, the CUDA `write_kv` must leave
+//!    the cache bit-identical to the CPU kernel's (a padding slot writing
+//!    nowhere), and CUDA attention must match the CPU kernel run in f32 on
+//!    the same rounded inputs: relative error under 1e-4 for f32 and 1e-2
+//!    for f16 and bf16. Block sizes 8/16/32, GQA ratios 1/4/8 (plus 7 and
+//!    16), head dims 64 and 128 (plus 16, 32 and 256), contexts 1 to 4097
+//!    in one decode batch and in one mixed prefill + decode batch, block
+//!    tables scrambled. Outputs are poisoned with NaN first.
+//! 2. A decode step (write_kv + attention) captured in a CUDA graph and
+//!    replayed with new inputs must equal the eager step.
+//! 3. Timing: bf16 decode attention of a Llama-3-8B layer (32 heads, 8 KV
+//!    heads, head_dim 128, block size 16, table width for 4096 tokens) at
+//!    context 1024, batch 1/8/32/64/128, mean of 100 launches after
+//!    warm-up (synchronize + host clock), eager and replayed from a CUDA
+//!    graph, with the KV bytes read per second of the replayed launch.
+//!
+//! One PASS/FAIL line per case, `GPU KERNELS OK` at the end; the exit code
+//! is non-zero if anything failed.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use candle_core::cuda_backend::WrapErr;
+use candle_core::cuda_backend::cudarc::driver::CudaGraph;
+use candle_core::cuda_backend::cudarc::driver::sys::{
+    CUgraphInstantiate_flags, CUstreamCaptureMode,
+};
+use candle_core::{DType, Device, Result, Tensor};
+use isobench_model::kernels_for_checks::{paged_attention, write_kv};
+
+const PADDING_SLOT: u32 = u32::MAX;
+
+/// Deterministic values in [-1, 1) (xorshift), fresh per call.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn values(&mut self, len: usize) -> Vec<f32> {
+        (0..len)
+            .map(|_| ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+            .collect()
+    }
+
+    /// 0, 1, ..., n - 1 in a random order.
+    fn permutation(&mut self, n: usize) -> Vec<u32> {
+        let mut items: Vec<u32> = (0..n as u32).collect();
+        for i in (1..n).rev() {
+            items.swap(i, (self.next() % (i as u64 + 1)) as usize);
+        }
+        items
+    }
+}
+
+/// The model shape of one check.
+#[derive(Clone, Copy)]
+struct Shape {
+    dtype: DType,
+    block_size: usize,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+/// One step: per sequence (context length, new tokens); `padded` adds a
+/// padding row (context 1, zero block table, PADDING_SLOT).
+struct Step {
+    seqs: Vec<(usize, usize)>,
+    padded: bool,
+}
+
+/// The step's inputs on the CPU (in the check's dtype) and the GPU.
+struct Inputs {
+    q: Tensor,
+    new_k: Tensor,
+    new_v: Tensor,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slots: Tensor,
+    tables: Tensor,
+    lens: Tensor,
+    starts: Tensor,
+}
+
+impl Inputs {
+    fn new(shape: Shape, step: &Step, random: &mut Random) -> Result<Self> {
+        let Shape {
+            dtype,
+            block_size,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+        } = shape;
+        let blocks_of = |context: usize| context.div_ceil(block_size);
+        let used: usize = step
+            .seqs
+            .iter()
+            .map(|&(context, _)| blocks_of(context))
+            .sum();
+        let num_blocks = used + 3;
+        let width = step
+            .seqs
+            .iter()
+            .map(|&(c, _)| blocks_of(c))
+            .max()
+            .unwrap_or(1)
+            + 2;
+        // Blocks handed out in a random order; block 0 may be anyone's.
+        let mut order = random.permutation(num_blocks).into_iter();
+        let (mut tables, mut lens, mut starts, mut slots) = (vec![], vec![], vec![0u32], vec![]);
+        for &(context, new) in &step.seqs {
+            let row: Vec<u32> = order.by_ref().take(blocks_of(context)).collect();
+            for position in context - new..context {
+                slots.push(
+                    row[position / block_size] * block_size as u32 + (position % block_size) as u32,
+                );
+            }
+            let mut padded_row = row;
+            padded_row.resize(width, 0);
+            tables.extend(padded_row);
+            lens.push(context as u32);
+            starts.push(starts.last().unwrap() + new as u32);
+        }
+        if step.padded {
+            tables.extend(std::iter::repeat_n(0, width));
+            lens.push(1);
+            starts.push(starts.last().unwrap() + 1);
+            slots.push(PADDING_SLOT);
+        }
+        let seqs = lens.len();
+        let tokens = slots.len();
+        let cpu = &Device::Cpu;
+        let kv_row = num_kv_heads * head_dim;
+        let tensor = |values: Vec<f32>, dims: &[usize]| -> Result<Tensor> {
+            Tensor::from_vec(values, dims, cpu)?.to_dtype(dtype)
+        };
+        let cache_dims = [num_blocks, block_size, num_kv_heads, head_dim];
+        Ok(Self {
+            q: tensor(
+                random.values(tokens * num_heads * head_dim),
+                &[1, tokens, num_heads, head_dim],
+            )?,
+            new_k: tensor(
+                random.values(tokens * kv_row),
+                &[tokens, num_kv_heads, head_dim],
+            )?,
+            new_v: tensor(random.values(tokens * kv_row), &[tokens, kv_row])?,
+            key_cache: tensor(random.values(num_blocks * block_size * kv_row), &cache_dims)?,
+            value_cache: tensor(random.values(num_blocks * block_size * kv_row), &cache_dims)?,
+            slots: Tensor::from_vec(slots, tokens, cpu)?,
+            tables: Tensor::from_vec(tables, (seqs, width), cpu)?,
+            lens: Tensor::from_vec(lens, seqs, cpu)?,
+            starts: Tensor::from_vec(starts, seqs + 1, cpu)?,
+        })
+    }
+
+    fn to_device(&self, device: &Device) -> Result<Self> {
+        Ok(Self {
+            q: self.q.to_device(device)?,
+            new_k: self.new_k.to_device(device)?,
+            new_v: self.new_v.to_device(device)?,
+            key_cache: self.key_cache.to_device(device)?,
+            value_cache: self.value_cache.to_device(device)?,
+            slots: self.slots.to_device(device)?,
+            tables: self.tables.to_device(device)?,
+            lens: self.lens.to_device(device)?,
+            starts: self.starts.to_device(device)?,
+        })
+    }
+
+    fn write(&self) -> Result<()> {
+        write_kv(&self.key_cache, &self.new_k, &self.slots)?;
+        write_kv(&self.value_cache, &self.new_v, &self.slots)
+    }
+
+    fn attend(&self, num_heads: usize) -> Result<Tensor> {
+        paged_attention(
+            &self.q,
+            (&self.key_cache, &self.value_cache),
+            (&self.tables, &self.lens, &self.starts),
+            num_heads,
+        )
+    }
+}
+
+fn to_f32(t: &Tensor) -> Result<Vec<f32>> {
+    t.to_device(&Device::Cpu)?
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1()
+}
+
+/// ||got - want|| / ||want||; NaN if anything is NaN.
+fn relative_error(got: &[f32], want: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        num += (g as f64 - w as f64).powi(2);
+        den += (w as f64).powi(2);
+    }
+    if got.len() != want.len() {
+        return f64::NAN;
+    }
+    (num / den).sqrt()
+}
+
+/// Fills freed device memory with all-ones bits (NaN in every float
+/// dtype), so an output element the kernel forgets to write shows up: the
+/// stream-ordered allocator hands these bytes to the next allocation.
+fn poison(device: &Device, elems: usize) -> Result<()> {
+    drop(Tensor::full(u32::MAX, elems, device)?);
+    Ok(())
+}
+
+/// Runs one check; returns whether it passed.
+fn check(
+    device: &Device,
+    shape: Shape,
+    step: &Step,
+    name: &str,
+    random: &mut Random,
+) -> Result<bool> {
+    let cpu = Inputs::new(shape, step, random)?;
+    let gpu = cpu.to_device(device)?;
+    cpu.write()?;
+    gpu.write()?;
+    let caches_equal = to_f32(&cpu.key_cache)? == to_f32(&gpu.key_cache)?
+        && to_f32(&cpu.value_cache)? == to_f32(&gpu.value_cache)?;
+    // The reference: the CPU kernel in f32 on the same rounded inputs.
+    let reference = Inputs {
+        q: cpu.q.to_dtype(DType::F32)?,
+        key_cache: cpu.key_cache.to_dtype(DType::F32)?,
+        value_cache: cpu.value_cache.to_dtype(DType::F32)?,
+        ..cpu
+    };
+    let want = to_f32(&reference.attend(shape.num_heads)?)?;
+    poison(device, want.len() * 4)?;
+    let got = to_f32(&gpu.attend(shape.num_heads)?)?;
+    let error = relative_error(&got, &want);
+    let tolerance = if shape.dtype == DType::F32 {
+        1e-4
+    } else {
+        1e-2
+    };
+    let pass = caches_equal && error < tolerance;
+    println!(
+        "{} {name}: write_kv {}, attention rel. error {error:.2e} (limit {tolerance:.0e})",
+        if pass { "PASS" } else { "FAIL" },
+        if caches_equal { "identical" } else { "DIFFERS" },
+    );
+    Ok(pass)
+}
+
+fn correctness(device: &Device, random: &mut Random) -> Result<bool> {
+    let contexts = [1, 7, 16, 100, 1000, 4097];
+    let decode = Step {
+        seqs: contexts.iter().map(|&c| (c, 1)).collect(),
+        padded: true,
+    };
+    // Whole prompts, a chunk after a cached prefix, and decodes in one step.
+    let mixed = Step {
+        seqs: vec![(100, 100), (1000, 37), (7, 1), (4097, 1), (16, 16), (1, 1)],
+        padded: false,
+    };
+    let mut all = true;
+    let mut run = |shape: Shape, all: &mut bool| -> Result<()> {
+        let Shape {
+            dtype,
+            block_size,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+        } = shape;
+        let what = format!("{dtype:?} bs{block_size} heads {num_heads}/{num_kv_heads} d{head_dim}");
+        *all &= check(
+            device,
+            shape,
+            &decode,
+            &format!("decode {what} ctx {contexts:?}+pad"),
+            random,
+        )?;
+        *all &= check(device, shape, &mixed, &format!("mixed  {what}"), random)?;
+        Ok(())
+    };
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        for head_dim in [64, 128] {
+            for (num_heads, num_kv_heads) in [(4, 4), (16, 4), (16, 2)] {
+                for block_size in [8, 16, 32] {
+                    let shape = Shape {
+                        dtype,
+                        block_size,
+                        num_heads,
+                        num_kv_heads,
+                        head_dim,
+                    };
+                    run(shape, &mut all)?;
+                }
+            }
+        }
+    }
+    // Group sizes that need masking or two blocks per KV head, and the
+    // other compiled head dims (tiny-llama's is 16).
+    let extra = [
+        (DType::BF16, 16, 28, 4, 128),
+        (DType::BF16, 16, 32, 2, 128),
+        (DType::F32, 4, 4, 2, 16),
+        (DType::F16, 16, 8, 8, 32),
+        (DType::BF16, 16, 8, 2, 256),
+        (DType::F32, 16, 8, 2, 256),
+    ];
+    for (dtype, block_size, num_heads, num_kv_heads, head_dim) in extra {
+        let shape = Shape {
+            dtype,
+            block_size,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+        };
+        run(shape, &mut all)?;
+    }
+    Ok(all)
+}
+
+/// A decode step captured in a CUDA graph, replayed after its inputs
+/// changed in place, against the same step run eagerly.
+fn graph_replay(device: &Device, random: &mut Random) -> Result<bool> {
+    let shape = Shape {
+        dtype: DType::BF16,
+        block_size: 16,
+        num_heads: 32,
+        num_kv_heads: 8,
+        head_dim: 128,
+    };
+    let step = Step {
+        seqs: vec![
+            (300, 1),
+            (1000, 1),
+            (5, 1),
+            (2000, 1),
+            (64, 1),
+            (1, 1),
+            (777, 1),
+        ],
+        padded: true,
+    };
+    let gpu = Inputs::new(shape, &step, random)?.to_device(device)?;
+    let out = Tensor::zeros((step.seqs.len() + 1, 32 * 128), DType::BF16, device)?;
+    let run_step = || -> Result<()> {
+        gpu.write()?;
+        out.slice_set(&gpu.attend(shape.num_heads)?, 0, 0)
+    };
+    run_step()?; // loads the kernels outside the capture
+    let graph = capture(device, run_step)?;
+    // New queries and new K/V, written in place; the graph reads them.
+    let fresh = Inputs::new(shape, &step, random)?;
+    for (target, source) in [
+        (&gpu.q, &fresh.q),
+        (&gpu.new_k, &fresh.new_k),
+        (&gpu.new_v, &fresh.new_v),
+    ] {
+        target.slice_set(&source.to_device(device)?, 0, 0)?;
+    }
+    graph.launch().w()?;
+    device.synchronize()?;
+    let replayed = to_f32(&out)?;
+    run_step()?;
+    let eager = to_f32(&out)?;
+    let pass = replayed == eager && replayed.iter().all(|v| v.is_finite());
+    println!(
+        "{} graph: write_kv + decode attention (batch 8, one padding row) replayed with new inputs {} the eager step",
+        if pass { "PASS" } else { "FAIL" },
+        if pass { "equals" } else { "DIFFERS FROM" }
+    );
+    Ok(pass)
+}
+
+fn timing(device: &Device, random: &mut Random) -> Result<()> {
+    const CONTEXT: usize = 1024;
+    const ITERATIONS: u32 = 100;
+    let (num_heads, num_kv_heads, head_dim, block_size) = (32, 8, 128, 16);
+    let width = 4096 / block_size;
+    println!(
+        "decode attention, bf16, {num_heads} heads / {num_kv_heads} KV heads / head_dim {head_dim}, block size {block_size}, table width {width} blocks, context {CONTEXT}:"
+    );
+    for batch in [1, 8, 32, 64, 128] {
+        let blocks = batch * CONTEXT / block_size;
+        let cache_dims = (blocks, block_size, num_kv_heads, head_dim);
+        let cache = || Tensor::rand(-1f32, 1f32, cache_dims, device)?.to_dtype(DType::BF16);
+        let (key_cache, value_cache) = (cache()?, cache()?);
+        let order = random.permutation(blocks);
+        let mut tables = vec![0u32; batch * width];
+        for (seq, row) in tables.chunks_exact_mut(width).enumerate() {
+            let per_seq = CONTEXT / block_size;
+            row[..per_seq].copy_from_slice(&order[seq * per_seq..(seq + 1) * per_seq]);
+        }
+        let tables = Tensor::from_vec(tables, (batch, width), device)?;
+        let lens = Tensor::from_vec(vec![CONTEXT as u32; batch], batch, device)?;
+        let starts = Tensor::from_vec((0..=batch as u32).collect::<Vec<_>>(), batch + 1, device)?;
+        let q = Tensor::rand(-1f32, 1f32, (1, batch, num_heads, head_dim), device)?
+            .to_dtype(DType::BF16)?;
+        let attend = || {
+            paged_attention(
+                &q,
+                (&key_cache, &value_cache),
+                (&tables, &lens, &starts),
+                num_heads,
+            )
+        };
+        let eager = mean_seconds(device, ITERATIONS, || attend().map(drop))?;
+        // The same launches replayed from a CUDA graph (into a static
+        // output), as the model runs decode steps: no host overhead.
+        let out = attend()?;
+        let step = || out.slice_set(&attend()?, 0, 0);
+        let graph = capture(device, step)?;
+        let replayed = mean_seconds(device, ITERATIONS, || graph.launch().w())?;
+        let kv_bytes = (batch * CONTEXT * num_kv_heads * head_dim * 2 * 2) as f64;
+        println!(
+            "  batch {batch:>3} ({:>5.1} MiB of K/V): {:>6.1} us eager, {:>6.1} us replayed = {:>6.1} GB/s",
+            kv_bytes / (1 << 20) as f64,
+            eager * 1e6,
+            replayed * 1e6,
+            kv_bytes / replayed / 1e9,
+        );
+    }
+    Ok(())
+}
+
+/// Mean seconds per call of `run` over `iterations`, after 10 warm-up
+/// calls: host clock between two synchronisations.
+fn mean_seconds(device: &Device, iterations: u32, run: impl Fn() -> Result<()>) -> Result<f64> {
+    for _ in 0..10 {
+        run()?;
+    }
+    device.synchronize()?;
+    let start = Instant::now();
+    for _ in 0..iterations {
+        run()?;
+    }
+    device.synchronize()?;
+    Ok(start.elapsed().as_secs_f64() / f64::from(iterations))
+}
+
+/// Captures `step` (already run once eagerly) into a CUDA graph.
+fn capture(device: &Device, step: impl Fn() -> Result<()>) -> Result<CudaGraph> {
+    let stream = device.as_cuda_device()?.cuda_stream();
+    device.synchronize()?;
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .w()?;
+    let captured = step();
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+    captured?;
+    match graph.w()? {
+        Some(graph) => Ok(graph),
+        None => candle_core::bail!("the capture produced no graph"),
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(true) => {
+            println!("GPU KERNELS OK");
+            ExitCode::SUCCESS
+        }
+        Ok(false) => {
+            println!("GPU KERNELS FAILED");
+            ExitCode::FAILURE
+        }
+        Err(err) => {
+            println!("GPU KERNELS FAILED: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<bool> {
+    let device = Device::new_cuda_with_stream(0)?;
+    // Before any tensor exists, as the model runtime does: no per-buffer
+    // events (they are illegal inside a graph capture).
+    unsafe { device.as_cuda_device()?.disable_event_tracking() };
+    let seed = 0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id());
+    println!("random seed {seed:#x}");
+    let mut random = Random(seed);
+    let correct = correctness(&device, &mut random)?;
+    let graph = graph_replay(&device, &mut random)?;
+    timing(&device, &mut random)?;
+    Ok(correct && graph)
+}

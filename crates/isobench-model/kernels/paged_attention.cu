@@ -1,0 +1,455 @@
+// Paged attention on CUDA: the kernels behind isobench-model's
+// src/paged_attention/cuda.rs (same semantics as the CPU kernels in
+// src/paged_attention/cpu.rs). Compiled to PTX by build.rs with nvcc.
+//
+// Layouts (all contiguous, row-major):
+//   cache    [num_blocks, block_size, num_kv_heads, D]  (keys or values)
+//   q        [rows, num_heads, D]       rows = new tokens of the step
+//   out      [rows, num_heads, D]
+//   block_tables [B, W], context_lens [B], query_starts [B + 1]  (u32)
+//
+// One thread block handles one query row, one KV head and up to G query
+// heads of that KV head's group, so each K/V row is read from memory once
+// for all of them. Each K/V row of D elements is read by LPT lanes with
+// 16-byte loads; the block walks the visible context in chunks of
+// PARTITION tokens: scores into shared memory, softmax with a running
+// max (online softmax across chunks, accumulators rescaled), then the
+// weighted sum of V. Decode steps (one new token per sequence, rows == B)
+// with a long table are split along the context: grid.z partitions of
+// partition_size (<= PARTITION) tokens each write a partial (max, sum,
+// unnormalised output)
+// into a scratch buffer, and `paged_attention_reduce_*` combines them.
+// No kernel reads host memory, allocates or synchronises: a decode step
+// can be captured in a CUDA graph.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int NUM_THREADS = 128;
+constexpr int NUM_WARPS = NUM_THREADS / 32;
+// Tokens per chunk (shared-memory scores) and the largest decode
+// partition; must match PARTITION in src/paged_attention/cuda.rs.
+constexpr int PARTITION = 512;
+
+template <typename T> __device__ __forceinline__ float to_float(T x);
+template <> __device__ __forceinline__ float to_float(float x) { return x; }
+template <> __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float(float x) { return x; }
+template <> __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+// 16 bytes of T as floats.
+template <typename T> __device__ __forceinline__ void unpack(uint4 raw, float* out);
+template <> __device__ __forceinline__ void unpack<float>(uint4 raw, float* out) {
+    out[0] = __uint_as_float(raw.x);
+    out[1] = __uint_as_float(raw.y);
+    out[2] = __uint_as_float(raw.z);
+    out[3] = __uint_as_float(raw.w);
+}
+template <> __device__ __forceinline__ void unpack<__half>(uint4 raw, float* out) {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+        out[2 * i] = f.x;
+        out[2 * i + 1] = f.y;
+    }
+}
+template <> __device__ __forceinline__ void unpack<__nv_bfloat16>(uint4 raw, float* out) {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
+        out[2 * i] = f.x;
+        out[2 * i + 1] = f.y;
+    }
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+    }
+    return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+        x += __shfl_xor_sync(0xffffffffu, x, offset);
+    }
+    return x;
+}
+
+// The parameters shared by every instantiation.
+struct Params {
+    const uint32_t* block_tables;
+    const uint32_t* context_lens;
+    const uint32_t* query_starts;
+    int num_seqs;
+    int rows;
+    int table_width;
+    int block_size;
+    int num_heads;
+    int num_kv_heads;
+    int num_partitions;
+    int partition_size;
+    float scale;
+};
+
+template <typename T, int D, int G, int UNROLL>
+__device__ __forceinline__ void attend(
+    T* __restrict__ out,
+    float* __restrict__ partials,
+    const T* __restrict__ q,
+    const T* __restrict__ k_cache,
+    const T* __restrict__ v_cache,
+    const Params& p) {
+    constexpr int VEC = 16 / sizeof(T);          // elements per 16-byte load
+    constexpr int NVEC = D / VEC;                // 16-byte loads per K/V row
+    constexpr int LPT = NVEC < 32 ? NVEC : 32;   // lanes per token
+    constexpr int VPL = NVEC / LPT;              // loads per lane and row
+    constexpr int EPL = VPL * VEC;               // elements per lane
+    constexpr int TPI = NUM_THREADS / LPT;       // tokens per block iteration
+    static_assert(D % VEC == 0 && (NVEC & (NVEC - 1)) == 0, "head dim");
+    constexpr int LOGIT_FLOATS = G * PARTITION;
+    constexpr int REDUCE_FLOATS = NUM_WARPS * G * D;
+    constexpr int SMEM_FLOATS = LOGIT_FLOATS > REDUCE_FLOATS ? LOGIT_FLOATS : REDUCE_FLOATS;
+    __shared__ float smem[SMEM_FLOATS];
+    __shared__ float warp_values[NUM_WARPS][G];
+
+    const int row = blockIdx.x;
+    const int group = p.num_heads / p.num_kv_heads;
+    const int head_chunks = (group + G - 1) / G;
+    const int kv_head = blockIdx.y / head_chunks;
+    const int first_in_group = (blockIdx.y % head_chunks) * G;
+    const int first_head = kv_head * group + first_in_group;
+    const int partition = blockIdx.z;
+
+    // Which sequence this row belongs to, and how much of its context it sees.
+    int seq = row;
+    if (p.rows != p.num_seqs) {
+        int lo = 0, hi = p.num_seqs - 1;  // last seq with query_starts[seq] <= row
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (p.query_starts[mid] <= (uint32_t)row) lo = mid; else hi = mid - 1;
+        }
+        seq = lo;
+    }
+    const int new_tokens = (int)(p.query_starts[seq + 1] - p.query_starts[seq]);
+    const int visible =
+        (int)p.context_lens[seq] - new_tokens + (row - (int)p.query_starts[seq]) + 1;
+    int start = 0, end = visible;
+    if (p.num_partitions > 1) {
+        start = partition * p.partition_size;
+        end = min(start + p.partition_size, visible);
+        if (start >= end) return;  // the reduce reads only partitions in range
+    }
+    const uint32_t* table = p.block_tables + (size_t)seq * p.table_width;
+
+    const int lane = threadIdx.x % LPT;
+    const int token_group = threadIdx.x / LPT;
+    const int warp = threadIdx.x / 32;
+    const int warp_lane = threadIdx.x % 32;
+
+    // This lane's slice of the scaled queries.
+    float queries[G][EPL];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const bool valid = first_in_group + g < group;
+        const T* qh = q + ((size_t)row * p.num_heads + first_head + g) * D;
+#pragma unroll
+        for (int v = 0; v < VPL; ++v) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+                queries[g][v * VEC + i] =
+                    valid ? to_float(qh[(lane + v * LPT) * VEC + i]) * p.scale : 0.0f;
+            }
+        }
+    }
+
+    float running_max[G];
+    float sums[G];
+    float acc[G][EPL];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        running_max[g] = -INFINITY;
+        sums[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) acc[g][e] = 0.0f;
+    }
+
+    const size_t row_stride = (size_t)p.num_kv_heads * D;  // one slot
+    for (int chunk = start; chunk < end; chunk += PARTITION) {
+        const int len = min(PARTITION, end - chunk);
+
+        // Scores: q . k for every token of the chunk and head of the group.
+        float chunk_max[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) chunk_max[g] = -INFINITY;
+        for (int base = 0; base < len; base += TPI * UNROLL) {
+            uint4 raw[UNROLL][VPL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const int t = base + u * TPI + token_group;
+                if (t < len) {
+                    const int pos = chunk + t;
+                    const size_t slot =
+                        (size_t)table[pos / p.block_size] * p.block_size + pos % p.block_size;
+                    const T* k = k_cache + slot * row_stride + (size_t)kv_head * D;
+#pragma unroll
+                    for (int v = 0; v < VPL; ++v) {
+                        raw[u][v] = __ldg(reinterpret_cast<const uint4*>(k) + lane + v * LPT);
+                    }
+                } else {
+#pragma unroll
+                    for (int v = 0; v < VPL; ++v) raw[u][v] = make_uint4(0, 0, 0, 0);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const int t = base + u * TPI + token_group;
+                float k[EPL];
+#pragma unroll
+                for (int v = 0; v < VPL; ++v) unpack<T>(raw[u][v], k + v * VEC);
+#pragma unroll
+                for (int g = 0; g < G; ++g) {
+                    float s = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < EPL; ++e) s = fmaf(queries[g][e], k[e], s);
+#pragma unroll
+                    for (int offset = LPT / 2; offset > 0; offset /= 2) {
+                        s += __shfl_xor_sync(0xffffffffu, s, offset);
+                    }
+                    if (t < len) {
+                        chunk_max[g] = fmaxf(chunk_max[g], s);
+                        if (lane == 0) smem[g * PARTITION + t] = s;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const float m = warp_max(chunk_max[g]);
+            if (warp_lane == 0) warp_values[warp][g] = m;
+        }
+        __syncthreads();
+
+        // Online softmax: new running max, rescale what came before.
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float m = running_max[g];
+#pragma unroll
+            for (int w = 0; w < NUM_WARPS; ++w) m = fmaxf(m, warp_values[w][g]);
+            const float alpha = expf(running_max[g] - m);
+            running_max[g] = m;
+            sums[g] *= alpha;
+#pragma unroll
+            for (int e = 0; e < EPL; ++e) acc[g][e] *= alpha;
+            for (int t = threadIdx.x; t < len; t += NUM_THREADS) {
+                const float weight = expf(smem[g * PARTITION + t] - m);
+                smem[g * PARTITION + t] = weight;
+                sums[g] += weight;
+            }
+        }
+        __syncthreads();
+
+        // Weighted sum of the values.
+        for (int base = 0; base < len; base += TPI * UNROLL) {
+            uint4 raw[UNROLL][VPL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const int t = base + u * TPI + token_group;
+                if (t < len) {
+                    const int pos = chunk + t;
+                    const size_t slot =
+                        (size_t)table[pos / p.block_size] * p.block_size + pos % p.block_size;
+                    const T* v_row = v_cache + slot * row_stride + (size_t)kv_head * D;
+#pragma unroll
+                    for (int v = 0; v < VPL; ++v) {
+                        raw[u][v] = __ldg(reinterpret_cast<const uint4*>(v_row) + lane + v * LPT);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const int t = base + u * TPI + token_group;
+                if (t < len) {
+                    float values[EPL];
+#pragma unroll
+                    for (int v = 0; v < VPL; ++v) unpack<T>(raw[u][v], values + v * VEC);
+#pragma unroll
+                    for (int g = 0; g < G; ++g) {
+                        const float weight = smem[g * PARTITION + t];
+#pragma unroll
+                        for (int e = 0; e < EPL; ++e) acc[g][e] = fmaf(weight, values[e], acc[g][e]);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the scores are overwritten by the next chunk
+    }
+
+    // Combine the token groups: within each warp by shuffles, then across
+    // warps through shared memory.
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) {
+#pragma unroll
+            for (int offset = LPT; offset < 32; offset *= 2) {
+                acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], offset);
+            }
+        }
+        const float s = warp_sum(sums[g]);
+        if (warp_lane == 0) warp_values[warp][g] = s;
+    }
+    if (warp_lane < LPT) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+#pragma unroll
+            for (int v = 0; v < VPL; ++v) {
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) {
+                    smem[(warp * G + g) * D + (lane + v * LPT) * VEC + i] = acc[g][v * VEC + i];
+                }
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * D; i += NUM_THREADS) {
+        const int g = i / D;
+        const int d = i % D;
+        if (first_in_group + g >= group) continue;
+        float total = 0.0f, sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NUM_WARPS; ++w) {
+            total += smem[(w * G + g) * D + d];
+            sum += warp_values[w][g];
+        }
+        const size_t head_row = (size_t)row * p.num_heads + first_head + g;
+        if (p.num_partitions > 1) {
+            // partials: [rows, heads, partitions] x (max, sum), then
+            // [rows, heads, partitions, D] unnormalised outputs.
+            const size_t index = head_row * p.num_partitions + partition;
+            const size_t stats = (size_t)p.rows * p.num_heads * p.num_partitions;
+            if (d == 0) {
+                partials[2 * index] = running_max[g];
+                partials[2 * index + 1] = sum;
+            }
+            partials[2 * stats + index * D + d] = total;
+        } else {
+            out[head_row * D + d] = from_float<T>(total / sum);
+        }
+    }
+}
+
+// Combines a decode step's partitions: grid (num_heads, rows), one block
+// per head and row; dynamic shared memory of num_partitions floats.
+template <typename T>
+__device__ __forceinline__ void reduce(
+    T* __restrict__ out,
+    const float* __restrict__ partials,
+    const uint32_t* __restrict__ context_lens,
+    int rows,
+    int num_heads,
+    int head_dim,
+    int num_partitions,
+    int partition_size) {
+    extern __shared__ float weights[];
+    const int head = blockIdx.x;
+    const int row = blockIdx.y;
+    const int used =
+        min(((int)context_lens[row] + partition_size - 1) / partition_size, num_partitions);
+    const size_t head_row = (size_t)row * num_heads + head;
+    const float* stats = partials + 2 * head_row * num_partitions;
+    const float* outputs = partials + 2 * (size_t)rows * num_heads * num_partitions +
+                           head_row * num_partitions * head_dim;
+    float max = -INFINITY;
+    for (int i = 0; i < used; ++i) max = fmaxf(max, stats[2 * i]);
+    for (int i = threadIdx.x; i < used; i += blockDim.x) {
+        weights[i] = expf(stats[2 * i] - max);
+    }
+    __syncthreads();
+    float sum = 0.0f;
+    for (int i = 0; i < used; ++i) sum += weights[i] * stats[2 * i + 1];
+    const float inverse = 1.0f / sum;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float total = 0.0f;
+        for (int i = 0; i < used; ++i) total = fmaf(weights[i], outputs[i * head_dim + d], total);
+        out[head_row * head_dim + d] = from_float<T>(total * inverse);
+    }
+}
+
+}  // namespace
+
+#define ATTENTION_KERNEL(NAME, T, D, G, UNROLL)                                                \
+    extern "C" __global__ void __launch_bounds__(NUM_THREADS) NAME(                            \
+        T* out, float* partials, const T* q, const T* k_cache, const T* v_cache,               \
+        const uint32_t* block_tables, const uint32_t* context_lens,                            \
+        const uint32_t* query_starts, int num_seqs, int rows, int table_width,                 \
+        int block_size, int num_heads, int num_kv_heads, int num_partitions,                   \
+        int partition_size, float scale) {                                                     \
+        const Params p{block_tables, context_lens, query_starts, num_seqs,                     \
+                       rows,         table_width,  block_size,   num_heads,                    \
+                       num_kv_heads, num_partitions, partition_size, scale};                   \
+        attend<T, D, G, UNROLL>(out, partials, q, k_cache, v_cache, p);                        \
+    }
+
+// Loads in flight per thread (UNROLL x 16 bytes for K, then for V): four,
+// two for the widest head groups, whose accumulators take most registers
+// (bf16, d128: 72 to 201 registers, no spills). Eight measured slower on
+// an H200 (fewer resident blocks): 201 against 160 us at batch 64.
+#define ATTENTION_GROUPS(DT, T, D)                                  \
+    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g1, T, D, 1, 4)  \
+    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g2, T, D, 2, 4)  \
+    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g4, T, D, 4, 4)  \
+    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g8, T, D, 8, 2)
+
+#define ATTENTION_DTYPE(DT, T)                                                               \
+    ATTENTION_GROUPS(DT, T, 16)                                                              \
+    ATTENTION_GROUPS(DT, T, 32)                                                              \
+    ATTENTION_GROUPS(DT, T, 64)                                                              \
+    ATTENTION_GROUPS(DT, T, 128)                                                             \
+    ATTENTION_GROUPS(DT, T, 256)                                                             \
+    extern "C" __global__ void paged_attention_reduce_##DT(                                  \
+        T* out, const float* partials, const uint32_t* context_lens, int rows, int num_heads, \
+        int head_dim, int num_partitions, int partition_size) {                              \
+        reduce<T>(out, partials, context_lens, rows, num_heads, head_dim, num_partitions,    \
+                  partition_size);                                                           \
+    }
+
+ATTENTION_DTYPE(f32, float)
+ATTENTION_DTYPE(f16, __half)
+ATTENTION_DTYPE(bf16, __nv_bfloat16)
+
+// Writes new K or V rows into their cache slots, 16 bytes per thread:
+// grid (tokens, ceil(row_vecs / blockDim.x)). Slots at or past num_slots
+// (PADDING_SLOT among them) are skipped.
+extern "C" __global__ void write_kv_vec16(
+    uint4* cache, const uint4* rows, const uint32_t* slots, int row_vecs, uint32_t num_slots) {
+    const uint32_t slot = slots[blockIdx.x];
+    const int i = blockIdx.y * blockDim.x + threadIdx.x;
+    if (slot >= num_slots || i >= row_vecs) return;
+    cache[(size_t)slot * row_vecs + i] = rows[(size_t)blockIdx.x * row_vecs + i];
+}
+
+// The same, one byte per thread, for rows that are not 16-byte multiples.
+extern "C" __global__ void write_kv_bytes(
+    uint8_t* cache, const uint8_t* rows, const uint32_t* slots, int row_bytes,
+    uint32_t num_slots) {
+    const uint32_t slot = slots[blockIdx.x];
+    const int i = blockIdx.y * blockDim.x + threadIdx.x;
+    if (slot >= num_slots || i >= row_bytes) return;
+    cache[(size_t)slot * row_bytes + i] = rows[(size_t)blockIdx.x * row_bytes + i];
+}

@@ -1,0 +1,471 @@
+//! The CUDA side of the two ops: launches the kernels of
+//! kernels/paged_attention.cu (compiled to PTX by build.rs, loaded once
+//! per device through candle's custom-module cache) on the device's
+//! stream.
+//!
+//! Only shapes (host-known layout dims) decide what is launched; the
+//! metadata's contents stay on the device. Nothing here copies to or from
+//! the host, allocates from host data or synchronises, and the output and
+//! scratch buffers come from the device's stream-ordered allocator, so a
+//! decode step can be captured in a CUDA graph. A decode step (one new
+//! token per sequence: as many query rows as sequences) whose block table
+//! covers more than one partition is split along the context into
+//! fixed partitions (flash decoding), each handled by its own thread
+//! blocks, and combined by a reduce kernel; partitions are [`PARTITION`]
+//! tokens, or smaller when the batch alone would not fill the GPU. Every
+//! other step runs one block per query row and KV head over the whole
+//! visible context.
+//!
+//! Slots and block numbers are not bounds-checked on the device (that
+//! would need a host round trip): `crate::step` validates them before any
+//! step reaches the model, and `write_kv` skips slots past the cache, so
+//! [`super::PADDING_SLOT`] writes nowhere.
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::{CudaStorage, DType, Layout, Result, Shape, Storage, bail};
+use half::{bf16, f16};
+
+use super::Metadata;
+
+/// Name under which the PTX module is cached on the device.
+const MODULE: &str = "isobench_paged_attention";
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/paged_attention.ptx"));
+/// Tokens per shared-memory chunk and the largest decode partition; must
+/// match `PARTITION` in kernels/paged_attention.cu.
+const PARTITION: usize = 512;
+/// Thread blocks (sequences x KV-head blocks) below which decode
+/// partitions shrink to 256, then 128 tokens: an H200 has 132 SMs, each
+/// running about four of these blocks.
+const FULL_GRID: usize = 512;
+/// Threads per block of every kernel here.
+const THREADS: u32 = 128;
+/// Head dims with a compiled attention kernel.
+const HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+
+/// Cache element types, named as in the kernels' names.
+trait Elem: CudaDType + DeviceRepr {
+    const NAME: &'static str;
+}
+
+impl Elem for f32 {
+    const NAME: &'static str = "f32";
+}
+
+impl Elem for f16 {
+    const NAME: &'static str = "f16";
+}
+
+impl Elem for bf16 {
+    const NAME: &'static str = "bf16";
+}
+
+/// The CUDA side of `WriteKv`.
+pub(super) fn write_kv(
+    (cache, cache_layout): (&mut CudaStorage, &Layout),
+    (new, new_layout): (&CudaStorage, &Layout),
+    (slots, slots_layout): (&CudaStorage, &Layout),
+) -> Result<()> {
+    let (num_slots, row) = match cache_layout.dims() {
+        [blocks, block_size, kv_heads, head_dim] => (blocks * block_size, kv_heads * head_dim),
+        dims => bail!("paged attention: cache must be 4-dimensional, not {dims:?}"),
+    };
+    let slots = contiguous(slots.as_cuda_slice::<u32>()?, slots_layout, "slot_mapping")?;
+    if new_layout.shape().elem_count() != slots.len() * row {
+        bail!(
+            "paged attention: {} new entries for {} slots of {row}",
+            new_layout.shape().elem_count(),
+            slots.len()
+        );
+    }
+    if slots.is_empty() {
+        return Ok(());
+    }
+    let target = WriteTarget {
+        slots: &slots,
+        row,
+        num_slots,
+    };
+    match (cache.dtype(), new.dtype()) {
+        (DType::F32, DType::F32) => {
+            write_typed::<f32>(cache, cache_layout, new, new_layout, target)
+        }
+        (DType::F16, DType::F16) => {
+            write_typed::<f16>(cache, cache_layout, new, new_layout, target)
+        }
+        (DType::BF16, DType::BF16) => {
+            write_typed::<bf16>(cache, cache_layout, new, new_layout, target)
+        }
+        (cache, new) => bail!(
+            "paged attention: cache ({cache:?}) and new entries ({new:?}) must have one float dtype"
+        ),
+    }
+}
+
+/// Where `write_kv` writes: the slots, the elements per slot, the slots in
+/// the cache.
+struct WriteTarget<'a> {
+    slots: &'a CudaView<'a, u32>,
+    row: usize,
+    num_slots: usize,
+}
+
+fn write_typed<T: Elem>(
+    cache: &mut CudaStorage,
+    cache_layout: &Layout,
+    new: &CudaStorage,
+    new_layout: &Layout,
+    target: WriteTarget<'_>,
+) -> Result<()> {
+    let device = cache.device.clone();
+    let new = contiguous(new.as_cuda_slice::<T>()?, new_layout, "new keys/values")?;
+    let Some((start, end)) = cache_layout.contiguous_offsets() else {
+        bail!("paged attention: cache must be contiguous")
+    };
+    let elem = std::mem::size_of::<T>();
+    let row_bytes = target.row * elem;
+    // 16 bytes per thread when rows and both starts allow it.
+    let wide = row_bytes.is_multiple_of(16)
+        && (start * elem).is_multiple_of(16)
+        && (new_layout.start_offset() * elem).is_multiple_of(16);
+    let (name, units) = if wide {
+        ("write_kv_vec16", row_bytes / 16)
+    } else {
+        ("write_kv_bytes", row_bytes)
+    };
+    let units_arg = int(units, "a cache row's width")?;
+    let num_slots = u32::try_from(target.num_slots).unwrap_or(u32::MAX);
+    let mut cache = cache.as_cuda_slice_mut::<T>()?.slice_mut(start..end);
+    let func = device.get_or_load_custom_func(name, MODULE, PTX)?;
+    let config = LaunchConfig {
+        grid_dim: (
+            grid(target.slots.len(), "tokens")?,
+            grid_y(units.div_ceil(THREADS as usize))?,
+            1,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut launch = func.builder();
+    launch
+        .arg(&mut cache)
+        .arg(&new)
+        .arg(target.slots)
+        .arg(&units_arg)
+        .arg(&num_slots);
+    // SAFETY: the arguments match write_kv_* in kernels/paged_attention.cu;
+    // each thread reads one unit of `new` and writes one unit of a slot
+    // that is below num_slots (checked by the kernel).
+    unsafe { launch.launch(config) }.w()?;
+    Ok(())
+}
+
+/// The CUDA side of `PagedAttention`.
+pub(super) fn attend(
+    metadata: &Metadata,
+    num_heads: usize,
+    q: (&CudaStorage, &Layout),
+    keys: (&CudaStorage, &Layout),
+    values: (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    match (q.0.dtype(), keys.0.dtype(), values.0.dtype()) {
+        (DType::F32, DType::F32, DType::F32) => {
+            attend_typed::<f32>(metadata, num_heads, q, keys, values)
+        }
+        (DType::F16, DType::F16, DType::F16) => {
+            attend_typed::<f16>(metadata, num_heads, q, keys, values)
+        }
+        (DType::BF16, DType::BF16, DType::BF16) => {
+            attend_typed::<bf16>(metadata, num_heads, q, keys, values)
+        }
+        (q, k, _) => {
+            bail!("paged attention: queries ({q:?}) and cache ({k:?}) must have one float dtype")
+        }
+    }
+}
+
+/// The sizes a launch depends on, all from layouts.
+struct Shapes {
+    rows: usize,
+    seqs: usize,
+    table_width: usize,
+    block_size: usize,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Shapes {
+    fn new(
+        num_heads: usize,
+        q_layout: &Layout,
+        keys_layout: &Layout,
+        values_layout: &Layout,
+        (tables, lens, starts): (&Layout, &Layout, &Layout),
+    ) -> Result<Self> {
+        let [_, block_size, num_kv_heads, head_dim] = *keys_layout.dims() else {
+            bail!(
+                "paged attention: cache must be 4-dimensional, not {:?}",
+                keys_layout.dims()
+            )
+        };
+        if values_layout.dims() != keys_layout.dims() {
+            bail!(
+                "paged attention: key cache {:?} and value cache {:?} differ",
+                keys_layout.dims(),
+                values_layout.dims()
+            );
+        }
+        if num_kv_heads == 0 || num_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
+            bail!("paged attention: {num_heads} heads do not group over {num_kv_heads} KV heads");
+        }
+        if !HEAD_DIMS.contains(&head_dim) {
+            bail!(
+                "paged attention on CUDA: head_dim {head_dim} has no kernel (supported: {HEAD_DIMS:?})"
+            );
+        }
+        let q_elems = q_layout.shape().elem_count();
+        let rows = q_elems / (num_heads * head_dim);
+        let [seqs, table_width] = *tables.dims() else {
+            bail!(
+                "paged attention: block_tables must be [sequences, width], not {:?}",
+                tables.dims()
+            )
+        };
+        if rows * num_heads * head_dim != q_elems
+            || lens.dims() != [seqs]
+            || starts.dims() != [seqs + 1]
+            || seqs == 0
+            || rows < seqs
+        {
+            bail!(
+                "paged attention: queries {:?}, block_tables {:?}, context_lens {:?} and query_starts {:?} do not describe one step of {num_heads} heads of {head_dim}",
+                q_layout.dims(),
+                tables.dims(),
+                lens.dims(),
+                starts.dims()
+            );
+        }
+        Ok(Self {
+            rows,
+            seqs,
+            table_width,
+            block_size,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+        })
+    }
+
+    /// Query heads per block: the group size rounded up to a compiled one.
+    fn heads_per_block(&self) -> usize {
+        match self.num_heads / self.num_kv_heads {
+            1 => 1,
+            2 => 2,
+            3 | 4 => 4,
+            _ => 8,
+        }
+    }
+
+    /// Context partitions and their size in tokens: more than one only for
+    /// a decode step. Both follow from shapes alone, so every replay of a
+    /// graph makes the same choice.
+    fn partitions(&self, head_blocks: usize) -> (usize, usize) {
+        if self.rows != self.seqs {
+            return (1, PARTITION);
+        }
+        let blocks = self.seqs * head_blocks;
+        let size = if blocks >= FULL_GRID {
+            PARTITION
+        } else if blocks >= FULL_GRID / 4 {
+            PARTITION / 2
+        } else {
+            PARTITION / 4
+        };
+        let partitions = (self.table_width * self.block_size).div_ceil(size).max(1);
+        if partitions == 1 {
+            (1, PARTITION)
+        } else {
+            (partitions, size)
+        }
+    }
+}
+
+fn attend_typed<T: Elem>(
+    metadata: &Metadata,
+    num_heads: usize,
+    (q, q_layout): (&CudaStorage, &Layout),
+    (keys, keys_layout): (&CudaStorage, &Layout),
+    (values, values_layout): (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    let (tables_storage, tables_layout) = metadata.block_tables.storage_and_layout();
+    let (lens_storage, lens_layout) = metadata.context_lens.storage_and_layout();
+    let (starts_storage, starts_layout) = metadata.query_starts.storage_and_layout();
+    let (Storage::Cuda(tables), Storage::Cuda(lens), Storage::Cuda(starts)) =
+        (&*tables_storage, &*lens_storage, &*starts_storage)
+    else {
+        bail!("paged attention: step metadata must be on the GPU with the cache")
+    };
+    let shapes = Shapes::new(
+        num_heads,
+        q_layout,
+        keys_layout,
+        values_layout,
+        (tables_layout, lens_layout, starts_layout),
+    )?;
+    // The kernels read K/V rows with 16-byte loads.
+    let elem = std::mem::size_of::<T>();
+    if !(keys_layout.start_offset() * elem).is_multiple_of(16)
+        || !(values_layout.start_offset() * elem).is_multiple_of(16)
+    {
+        bail!("paged attention on CUDA: the caches must start 16-byte aligned");
+    }
+    let tables = contiguous(
+        tables.as_cuda_slice::<u32>()?,
+        tables_layout,
+        "block_tables",
+    )?;
+    let lens = contiguous(lens.as_cuda_slice::<u32>()?, lens_layout, "context_lens")?;
+    let starts = contiguous(
+        starts.as_cuda_slice::<u32>()?,
+        starts_layout,
+        "query_starts",
+    )?;
+    let device = &q.device;
+    let q = contiguous(q.as_cuda_slice::<T>()?, q_layout, "queries")?;
+    let keys = contiguous(keys.as_cuda_slice::<T>()?, keys_layout, "key cache")?;
+    let values = contiguous(values.as_cuda_slice::<T>()?, values_layout, "value cache")?;
+
+    let Shapes {
+        rows,
+        head_dim,
+        num_kv_heads,
+        ..
+    } = shapes;
+    let heads_per_block = shapes.heads_per_block();
+    let head_blocks = num_kv_heads * (num_heads / num_kv_heads).div_ceil(heads_per_block);
+    let (partitions, partition_size) = shapes.partitions(head_blocks);
+    // SAFETY: every element is written by the kernels below before it is read.
+    let out = unsafe { device.alloc::<T>(rows * num_heads * head_dim)? };
+    let partials = if partitions > 1 {
+        // (max, sum) then the unnormalised output per row, head and partition.
+        // SAFETY: the reduce reads only partitions the attention kernel wrote.
+        Some(unsafe { device.alloc::<f32>(rows * num_heads * partitions * (head_dim + 2))? })
+    } else {
+        None
+    };
+    let seqs_arg = int(shapes.seqs, "the step's sequences")?;
+    let rows_arg = int(rows, "the step's tokens")?;
+    let width_arg = int(shapes.table_width, "the block-table width")?;
+    let block_arg = int(shapes.block_size, "the block size")?;
+    let heads_arg = int(num_heads, "the head count")?;
+    let kv_heads_arg = int(num_kv_heads, "the KV head count")?;
+    let partitions_arg = int(partitions, "the context partitions")?;
+    let partition_size_arg = int(partition_size, "the partition size")?;
+    let scale = 1.0f32 / (head_dim as f32).sqrt();
+
+    let name = format!("paged_attention_{}_d{head_dim}_g{heads_per_block}", T::NAME);
+    let func = device.get_or_load_custom_func(&name, MODULE, PTX)?;
+    let config = LaunchConfig {
+        grid_dim: (
+            grid(rows, "query rows")?,
+            grid_y(head_blocks)?,
+            grid_y(partitions)?,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut launch = func.builder();
+    launch.arg(&out);
+    match &partials {
+        Some(partials) => launch.arg(partials),
+        None => launch.arg(&out), // not read with one partition
+    };
+    launch
+        .arg(&q)
+        .arg(&keys)
+        .arg(&values)
+        .arg(&tables)
+        .arg(&lens)
+        .arg(&starts)
+        .arg(&seqs_arg)
+        .arg(&rows_arg)
+        .arg(&width_arg)
+        .arg(&block_arg)
+        .arg(&heads_arg)
+        .arg(&kv_heads_arg)
+        .arg(&partitions_arg)
+        .arg(&partition_size_arg)
+        .arg(&scale);
+    // SAFETY: the arguments match paged_attention_* in the kernel source;
+    // `crate::step` checked that every block and length is within the cache
+    // and the table; out and partials are sized for the grid.
+    unsafe { launch.launch(config) }.w()?;
+
+    if let Some(partials) = &partials {
+        let func = device.get_or_load_custom_func(
+            &format!("paged_attention_reduce_{}", T::NAME),
+            MODULE,
+            PTX,
+        )?;
+        let head_dim_arg = int(head_dim, "head_dim")?;
+        let config = LaunchConfig {
+            grid_dim: (grid(num_heads, "heads")?, grid_y(rows)?, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: (partitions * std::mem::size_of::<f32>()) as u32,
+        };
+        let mut launch = func.builder();
+        launch
+            .arg(&out)
+            .arg(partials)
+            .arg(&lens)
+            .arg(&rows_arg)
+            .arg(&heads_arg)
+            .arg(&head_dim_arg)
+            .arg(&partitions_arg)
+            .arg(&partition_size_arg);
+        // SAFETY: as above; the reduce reads the partitions that cover each
+        // row's context, all written by the attention kernel.
+        unsafe { launch.launch(config) }.w()?;
+    }
+    let shape = Shape::from((rows, num_heads * head_dim));
+    Ok((CudaStorage::wrap_cuda_slice(out, device.clone()), shape))
+}
+
+/// The contiguous part of a slice that a layout describes.
+fn contiguous<'a, T>(
+    slice: &'a CudaSlice<T>,
+    layout: &Layout,
+    what: &str,
+) -> Result<CudaView<'a, T>> {
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(slice.slice(start..end)),
+        None => bail!("paged attention: {what} must be contiguous"),
+    }
+}
+
+/// A kernel argument that must fit an `int`.
+fn int(value: usize, what: &str) -> Result<i32> {
+    match i32::try_from(value) {
+        Ok(value) => Ok(value),
+        Err(_) => {
+            bail!("paged attention: {what} ({value}) does not fit the kernels' 32-bit indices")
+        }
+    }
+}
+
+/// A grid x dimension (up to 2^31 - 1 blocks).
+fn grid(value: usize, what: &str) -> Result<u32> {
+    Ok(int(value, what)? as u32)
+}
+
+/// A grid y or z dimension (up to 65,535 blocks).
+fn grid_y(value: usize) -> Result<u32> {
+    match u16::try_from(value) {
+        Ok(value) => Ok(u32::from(value)),
+        Err(_) => bail!("paged attention: {value} blocks exceed a CUDA grid's 65,535 rows"),
+    }
+}
