@@ -34,8 +34,8 @@
 //! Inside: `config` parses config.json, `folder` finds the files,
 //! `weights` and `seeded` provide tensors (memory-mapped safetensors or
 //! deterministic random ones), `llama` is the network, `rope` its rotary
-//! embeddings, `paged_attention` its CPU kernels, `cache` the KV storage,
-//! `step` turns a [`StepBatch`] into tensors, `graph` captures and
+//! embeddings, `paged_attention` its CPU and CUDA kernels, `cache` the KV
+//! storage, `step` turns a [`StepBatch`] into tensors, `graph` captures and
 //! replays decode steps (CUDA builds), `timer` times steps with CUDA
 //! events, `device` opens devices, `tokenizer` and `incremental` handle
 //! text. docs/models.md is the user-facing description.
