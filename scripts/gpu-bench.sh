@@ -31,7 +31,8 @@
 # several calls); --model DIR serves another folder in a serving part;
 # --budget (default 510 s) stops starting new serving runs once that much
 # time has passed, and the summary lists what was skipped.
-# GPU_BENCH_BIN (default .gpu) is where the binaries are; GPU_BENCH_DEVICE
+# GPU_BENCH_BIN (default .gpu) is where the binaries are (NAME or NAME.xz,
+# unpacked when newer than NAME); GPU_BENCH_DEVICE
 # (default cuda:0; `cpu` for a dry run of the script, f32) the device.
 set -euo pipefail
 
@@ -107,7 +108,24 @@ finish() {
 trap finish EXIT
 
 need() {
-    [ -x "$1" ] || { echo "gpu-bench: $1 is missing: build it as docs/gpu.md says and copy it to .gpu/" >&2; exit 2; }
+    [ -x "$1" ] || { echo "gpu-bench: $1 is missing: build it as docs/gpu.md says and copy it (or NAME.xz) to .gpu/" >&2; exit 2; }
+}
+
+# The binaries travel xz-compressed (each is over 50 MB, the device tool
+# carries 64 MiB per call): unpack BIN/NAME.xz into BIN/NAME when newer.
+unpack() {
+    local packed bin
+    for packed in "$BIN"/*.xz; do
+        [ -e "$packed" ] || continue
+        bin="${packed%.xz}"
+        if [ ! -x "$bin" ] || [ "$packed" -nt "$bin" ]; then
+            log "unpacking $packed"
+            python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+                "$packed" "$bin.tmp"
+            chmod +x "$bin.tmp"
+            mv "$bin.tmp" "$bin"
+        fi
+    done
 }
 
 # Starts `"$BIN/isobench" serve` on PORT with the remaining flags; waits for
@@ -292,7 +310,7 @@ part_serving() {
         stop_server
         port=$((port + 1))
     done
-    [ -z "$skipped" ] || echo "skipped after the ${BUDGET}s budget:$skipped" >>"$SUMMARY"
+    [ -z "$skipped" ] || echo "not run (past the ${BUDGET}s budget, or the server failed):$skipped" >>"$SUMMARY"
     python3 - "$RAW" "$model" "$DTYPE" >>"$SUMMARY" <<'EOF'
 import json, pathlib, sys
 raw, model = pathlib.Path(sys.argv[1]), sys.argv[2]
@@ -346,6 +364,7 @@ EOF
 
 : >"$SUMMARY"
 log "part $PART into $OUTDIR"
+unpack
 gpu_info >/dev/null
 case "$PART" in
     checks|check-*) part_checks ;;

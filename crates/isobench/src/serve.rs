@@ -11,12 +11,14 @@ use isobench_server::{Server, ServerArgs};
 pub async fn serve(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let config = args.into_config()?;
     let model = config.model.display().to_string();
+    let (device, block_size) = (config.device.clone(), config.block_size);
     let server = Server::start(config)
         .await
         .with_context(|| format!("starting the server for {model}"))?;
     eprintln!(
-        "isobench serve: model {} at {}/v1 (Ctrl-C or SIGTERM to stop)",
+        "isobench serve: model {} on {device}, KV pool {} blocks of {block_size} tokens, at {}/v1 (Ctrl-C or SIGTERM to stop)",
         server.model_name(),
+        server.stats().kv_blocks_total,
         server.url()
     );
     crate::interrupt_or_terminate().await;
