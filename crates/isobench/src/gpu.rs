@@ -234,6 +234,68 @@ mod tests {
         }
     }
 
+    /// A `/metrics` endpoint on 127.0.0.1 whose GPU drew 100 J more and
+    /// ran 10 more eager steps at each scrape.
+    async fn fake_gpu_server() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            for scrape in 0u64.. {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request).await;
+                let body = format!(
+                    "isobench_eager_steps_total {}\n\
+                     isobench_cuda_graph_replays_total 0\n\
+                     isobench_gpu_info{{gpu=\"0\",name=\"NVIDIA H200\",driver=\"580.1\"}} 1\n\
+                     isobench_gpu_memory_total_bytes 1000\n\
+                     isobench_gpu_memory_peak_bytes {}\n\
+                     isobench_gpu_energy_joules_total {}\n",
+                    10 * scrape,
+                    500 + scrape,
+                    100 * scrape
+                );
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_probe_reads_a_gpu_server_s_metrics_over_http() {
+        let url = fake_gpu_server().await;
+        let started = Instant::now();
+        let probe = GpuProbe::start(&url)
+            .await
+            .expect("the endpoint describes a GPU");
+        tokio::time::sleep(SCRAPE_INTERVAL * 3).await;
+        let window = started.elapsed().as_nanos() as u64;
+        let m = probe.finish(started, Some((0, window))).await;
+        assert_eq!(
+            (m.name.as_str(), m.driver.as_str(), m.index),
+            ("NVIDIA H200", "580.1", 0)
+        );
+        assert!(m.eager_steps >= 20, "{m:?}");
+        assert!(m.peak_memory_bytes >= 502, "{m:?}");
+        let energy = m.energy_j.unwrap();
+        assert!(
+            energy > 0.0 && energy <= 100.0 * m.eager_steps as f64 / 10.0,
+            "{m:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn no_probe_for_a_target_without_gpu_metrics() {
+        assert!(GpuProbe::start("http://127.0.0.1:9").await.is_none());
+    }
+
     #[test]
     fn window_energy_is_interpolated_between_scrapes() {
         let t = Instant::now();
