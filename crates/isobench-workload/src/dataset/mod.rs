@@ -20,6 +20,7 @@
 //! ShareGPT defaults to vLLM's filter (min 4 and 4, max input 1024, max total
 //! 2048, no max output); traces default to no filter.
 
+mod json_array;
 mod sharegpt;
 mod trace;
 
