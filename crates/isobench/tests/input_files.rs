@@ -1,0 +1,56 @@
+//! `isobench run` on inputs that are not workload files (regression:
+//! `isobench run /dev/zero` read until the out-of-memory killer stopped it
+//! at 23 GB). The child is always reaped.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process killed and waited for on drop.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn run_on_a_device_fails_at_once_naming_it() {
+    let mut child = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_isobench"))
+            .args([
+                "run",
+                "/dev/zero",
+                "--target",
+                "http://127.0.0.1:9",
+                "--model",
+                "m",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn isobench run"),
+    );
+    // Far longer than refusing the file takes; /dev/zero would never end.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "isobench run /dev/zero kept reading"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("/dev/zero") && stderr.contains("a device, not a regular file"),
+        "{stderr}"
+    );
+}
