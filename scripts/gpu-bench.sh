@@ -290,6 +290,10 @@ part_serving() {
         esac
         if [ $((SECONDS - START)) -ge "$BUDGET" ]; then skipped="$skipped $policy(all)"; continue; fi
         log "server $model $policy"
+        # 0.8 of free memory is far more pool than these workloads fill
+        # (128 x 1,536 tokens, 24 GiB on the 8B shape) and leaves room for
+        # a static batch's whole-prompt prefill (up to 128 x 1,024 tokens).
+        [ "$DEVICE" = cpu ] || flags+=(--gpu-memory-fraction 0.8)
         if ! start_server "$port" "serve-$policy" --model "$model" --dtype "$DTYPE" "${flags[@]}"; then
             FAILED=1; skipped="$skipped $policy(server failed)"; continue
         fi
