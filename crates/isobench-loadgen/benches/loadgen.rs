@@ -22,17 +22,20 @@
 //! (which of `rate,accuracy,ingest` to run).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use isobench_loadgen::{
-    Backend, Clock, HttpBackend, HttpBackendConfig, RunOptions, RunOutcome, run,
-};
-use isobench_metrics::{RequestRecord, Summary};
+use isobench_loadgen::{Clock, HttpBackend, HttpBackendConfig, RunOptions, RunOutcome, run};
+use isobench_metrics::Summary;
 use isobench_mock::{MockConfig, MockHandle, MockServer, WrittenAnswer};
 use isobench_workload::{Distribution, LoadShape, Plan, PlannedRequest, Prompt, PromptTokens};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+
+/// The record-keeping backend the timing tests use too.
+#[path = "../tests/common/written.rs"]
+mod written;
+use written::Capture;
 
 const OUTPUT_TOKENS: u32 = 16;
 
@@ -273,33 +276,11 @@ fn sustained_rate(
     }
 }
 
-/// Keeps a copy of every finished record, for comparison with the mock's log.
-struct Capture<B> {
-    inner: B,
-    records: Mutex<Vec<RequestRecord>>,
-}
-
-impl<B: Backend> Backend for Capture<B> {
-    type Prepared = B::Prepared;
-
-    fn prepare(&self, planned: &PlannedRequest) -> Self::Prepared {
-        self.inner.prepare(planned)
-    }
-
-    async fn send(&self, prepared: Self::Prepared, clock: Clock, record: &mut RequestRecord) {
-        self.inner.send(prepared, clock, record).await;
-        self.records.lock().unwrap().push(record.clone());
-    }
-}
-
 fn accuracy(client: &tokio::runtime::Runtime, mock: &MockHandle, seconds: f64) {
     println!(
         "\n1. Accuracy at 1000 req/s (Poisson), injected TTFT 20 ms, ITL 2 ms, {OUTPUT_TOKENS} tokens"
     );
-    let capture = Arc::new(Capture {
-        inner: backend(mock),
-        records: Mutex::new(Vec::new()),
-    });
+    let capture = Arc::new(Capture::new(backend(mock)));
     let plan = poisson(1000.0, seconds, OUTPUT_TOKENS);
     let outcome = client
         .block_on(run(plan, Arc::clone(&capture), RunOptions::default()))

@@ -6,12 +6,14 @@ mod common;
 
 use std::time::Duration;
 
+use common::written::quantile;
 use common::*;
 use isobench_loadgen::RunOptions;
 use isobench_mock::MockConfig;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_loop_offsets_are_honoured() {
+    let _timing = timing_lock().await;
     let mock = mock(MockConfig::default()).await;
     let plan = open_plan(40, Duration::from_millis(5), 4);
     let (outcome, lines) = run_logged(plan, backend(&mock.url()), RunOptions::default()).await;

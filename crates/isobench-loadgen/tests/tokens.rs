@@ -8,6 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::written::*;
 use common::*;
 use isobench_loadgen::{RunOptions, TokenCounter};
 use isobench_mock::MockConfig;
@@ -16,14 +17,17 @@ use isobench_workload::{ApiKind, PlannedRequest, Prompt};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunked_events_count_every_token() {
     let mock = mock(MockConfig {
+        ttft: dist("fixed:2"),
         tokens_per_event: dist("fixed:4"),
         itl: dist("fixed:1"),
+        record_writes: true,
         ..MockConfig::default()
     })
     .await;
     let plan = open_plan(4, Duration::from_millis(2), 16);
-    let (_, lines) = run_logged(plan, backend(&mock.url()), RunOptions::default()).await;
-    let mut spans = Vec::new();
+    let (_, lines, exchanges) =
+        run_against_writes(plan, backend(&mock.url()), RunOptions::default(), &mock).await;
+    assert_eq!(exchanges.len(), 4);
     for line in &lines {
         assert_eq!(line["events"], 4, "{line}");
         assert_eq!(line["output_tokens"], 16);
@@ -32,14 +36,14 @@ async fn chunked_events_count_every_token() {
             line.get("event_tokens").is_none(),
             "unknown without per-event usage"
         );
-        let gaps = line["itl_ms"].as_array().unwrap();
-        spans.push(gaps.iter().map(|v| v.as_f64().unwrap()).sum::<f64>());
+        assert_eq!(line["itl_ms"].as_array().unwrap().len(), 3, "{line}");
     }
-    // Four tokens per event: the three gaps after the first event are four
-    // inter-token latencies each, 12 ms together (a late event shortens the
-    // gap after it, so their sum is what the schedule fixes).
-    let median = quantile(&spans, 0.5);
-    assert!((11.9..14.0).contains(&median), "{spans:?}");
+    // Four tokens per event: the mock wrote each event four ITLs after the
+    // one before (or later), and the client measured the span from the
+    // first event to the last as the mock wrote it.
+    assert_never_early(&exchanges, 2.0, 4.0);
+    let span_errors: Vec<f64> = exchanges.iter().map(|e| e.span_error_ms().abs()).collect();
+    assert_small("|measured - written span|", &span_errors);
 
     let mut per_event = backend(&mock.url());
     per_event.continuous_usage = true;

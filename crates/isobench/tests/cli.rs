@@ -34,6 +34,20 @@ async fn mock() -> MockHandle {
         .unwrap()
 }
 
+/// A spawned `isobench` that is killed and reaped when the test ends, even
+/// when an assertion fails first: a test never leaves a process running
+/// (and loading the CPU) behind it.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
 fn write_workload(dir: &Path, body: &str) -> PathBuf {
     let path = dir.join("w.toml");
     std::fs::write(&path, body).unwrap();
@@ -175,24 +189,33 @@ duration = "60s"
 "#,
     );
     let report_path = dir.path().join("r.json");
-    let mut child = isobench()
-        .args([
-            "run",
-            workload.to_str().unwrap(),
-            "--quiet",
-            "--target",
-            &mock.url(),
-        ])
-        .args(["-o", report_path.to_str().unwrap(), "--drain-timeout", "5s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait until the run is under way (its first progress line), then interrupt.
-    let mut stderr_lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut child = Reaped(
+        isobench()
+            .args([
+                "run",
+                workload.to_str().unwrap(),
+                "--quiet",
+                "--target",
+                &mock.url(),
+            ])
+            .args(["-o", report_path.to_str().unwrap(), "--drain-timeout", "5s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Interrupt once the run is well under way: the mock has answered a
+    // dozen requests (a slow start on a busy machine only delays this).
+    let mut stderr_lines = std::io::BufReader::new(child.0.stderr.take().unwrap()).lines();
+    let under_way = tokio::time::timeout(Duration::from_secs(30), async {
+        while mock.stats().completed < 12 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(under_way.is_ok(), "the run never got under way");
     let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args(["-INT", &child.0.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
@@ -201,9 +224,10 @@ duration = "60s"
         rest.push_str(&line);
         rest.push('\n');
     }
-    let exit = child.wait().unwrap();
+    let exit = child.0.wait().unwrap();
     let mut stdout = String::new();
     child
+        .0
         .stdout
         .take()
         .unwrap()
@@ -215,8 +239,8 @@ duration = "60s"
     assert!(report.run.interrupted);
     let completed = report.summary.requests.completed;
     assert!(
-        completed > 10,
-        "about 40 requests/s for 1.5 s, got {completed}"
+        completed >= 12,
+        "the mock had answered 12 requests before the interrupt, the report has {completed}"
     );
     let log = log_lines(&report_path.with_extension("requests.jsonl"));
     let logged_ok = log.iter().filter(|line| line["error"].is_null()).count() as u64;

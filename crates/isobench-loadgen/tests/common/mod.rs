@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod written;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +14,7 @@ use isobench_mock::{MockConfig, MockHandle, MockServer};
 use isobench_workload::{LoadShape, Plan, PlannedRequest, Prompt, PromptTokens};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use written::{Capture, Exchange, match_writes};
 
 pub const MODEL: &str = "mock";
 
@@ -86,20 +89,46 @@ pub async fn run_logged(
         ..options
     };
     let outcome = run(plan, backend, options).await.unwrap();
-    let lines = std::fs::read_to_string(&path)
+    (outcome, read_log(&path))
+}
+
+/// Runs `plan` against `mock` (started with `record_writes`) with a JSONL
+/// log; returns the outcome, the log's lines and every successful request
+/// matched with the instants the mock wrote its events.
+pub async fn run_against_writes(
+    plan: Plan,
+    config: HttpBackendConfig,
+    options: RunOptions,
+    mock: &MockHandle,
+) -> (RunOutcome, Vec<Value>, Vec<Exchange>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("requests.jsonl");
+    let backend = Arc::new(Capture::new(HttpBackend::new(config).unwrap()));
+    let options = RunOptions {
+        jsonl: Some(path.clone()),
+        ..options
+    };
+    let outcome = run(plan, Arc::clone(&backend), options).await.unwrap();
+    let lines = read_log(&path);
+    let records = backend.records.lock().unwrap().clone();
+    let exchanges = match_writes(&outcome, &records, mock);
+    (outcome, lines, exchanges)
+}
+
+/// Timing checks hold this while they run, so that two of them never share
+/// the machine's cores with each other (the tests of one binary run in
+/// parallel).
+pub async fn timing_lock() -> tokio::sync::MutexGuard<'static, ()> {
+    static TIMING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TIMING.lock().await
+}
+
+fn read_log(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
         .unwrap()
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    (outcome, lines)
-}
-
-/// The `p`-quantile (0..=1) of the numbers, nearest rank.
-pub fn quantile(values: &[f64], p: f64) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
+        .collect()
 }
 
 /// A field of every line, as numbers (lines without it are skipped).
