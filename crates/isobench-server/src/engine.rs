@@ -32,6 +32,7 @@ use crate::error::ServerError;
 use crate::metrics::{Metrics, StepPhase};
 use crate::sampler::Sampler;
 use crate::scheduler::{Schedule, Sequence, State, StepSummary};
+use crate::step_logits::{RowLogits, StepLogits};
 use crate::stop::{StopMatcher, StopOutcome};
 use crate::validate::ValidRequest;
 
@@ -324,7 +325,8 @@ impl Engine {
             stats.device_time,
         );
         let sample_started = Instant::now();
-        match logits.and_then(|logits| Ok(logits.flatten_all()?.to_vec1::<f32>()?)) {
+        let random_rows = self.random_rows();
+        match logits.and_then(|logits| Ok(StepLogits::read(&logits, random_rows)?)) {
             Ok(logits) => {
                 self.state.finish_step();
                 self.sample_rows(&logits);
@@ -336,18 +338,31 @@ impl Engine {
             .observe_step(StepPhase::Sample, sample_started.elapsed());
     }
 
+    /// The rows of this step whose sequences sample at random (the others
+    /// are greedy, or not at their last token), ascending.
+    fn random_rows(&self) -> Vec<u32> {
+        let running = self.state.running();
+        (0..self.state.rows().len())
+            .filter(|&index| {
+                let row = self.state.rows()[index];
+                row.samples && !running[row.running_index].payload.sampler.is_greedy()
+            })
+            .map(|index| index as u32)
+            .collect()
+    }
+
     /// Samples the next token of every row whose step reached its last token.
-    fn sample_rows(&mut self, logits: &[f32]) {
-        let num_rows = self.state.rows().len();
-        let vocab = logits.len() / num_rows.max(1);
-        for row_index in 0..num_rows {
+    fn sample_rows(&mut self, logits: &StepLogits) {
+        for row_index in 0..self.state.rows().len() {
             let row = self.state.rows()[row_index];
             if !row.samples {
                 continue;
             }
-            let row_logits = &logits[row_index * vocab..(row_index + 1) * vocab];
             let seq = &mut self.state.running_mut()[row.running_index];
-            let token = seq.payload.sampler.sample(row_logits);
+            let token = match logits.row(row_index) {
+                RowLogits::Chosen(token) => token,
+                RowLogits::Full(row_logits) => seq.payload.sampler.sample(row_logits),
+            };
             self.state.append_token(row.running_index, token);
             let seq = &mut self.state.running_mut()[row.running_index];
             emit_token(seq, token, &self.tokenizer, &self.metrics);

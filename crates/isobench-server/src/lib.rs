@@ -61,6 +61,7 @@ mod respond;
 pub mod sampler;
 pub mod scheduler;
 mod server;
+mod step_logits;
 pub mod stop;
 mod validate;
 

@@ -61,6 +61,11 @@ impl Sampler {
         }
     }
 
+    /// Whether this sampler takes the argmax (which a GPU can take for it).
+    pub fn is_greedy(&self) -> bool {
+        self.params.is_greedy()
+    }
+
     /// Picks the next token from one sequence's logits over the vocabulary.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         if self.params.is_greedy() {
