@@ -304,7 +304,7 @@ part_serving() {
                 mkdir -p "$RAW/$policy"
                 log "$policy $workload concurrency $c"
                 "$BIN/isobench" run "workloads/$workload.toml" --target "http://127.0.0.1:$port" \
-                    --tokenizer "$model/tokenizer.json" --arrival closed --concurrency "$c" \
+                    --tokenizer "$model/tokenizer.json" --usage-per-event --arrival closed --concurrency "$c" \
                     --max-requests "$(requests_for "$c" "$min_requests")" --warmup "$((c < 8 ? 2 : 8))" \
                     --quiet --output "$out" --log "${out%.json}.requests.jsonl" \
                     >"${out%.json}.txt" 2>&1 \
