@@ -25,7 +25,13 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
         .join("paged_attention.ptx");
     let status = Command::new(&nvcc)
-        .args(["--ptx", "-O3", "-std=c++17", &format!("-arch=sm_{cap}"), "-o"])
+        .args([
+            "--ptx",
+            "-O3",
+            "-std=c++17",
+            &format!("-arch=sm_{cap}"),
+            "-o",
+        ])
         .arg(&out)
         .arg(KERNELS)
         .status()
