@@ -11,13 +11,13 @@
 //! - an endless event: `malformed_event` at the size cap, at once;
 //! - a server that hangs before or after the answer's head: `timeout`.
 
-#[path = "common/faults.rs"]
-mod faults;
+mod common;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use faults::*;
+use common::error_kinds;
+use common::faults::*;
 use isobench_loadgen::{HttpBackend, LoadgenError};
 
 /// Regression: against a server that closes kept-alive connections after
@@ -32,7 +32,7 @@ async fn a_server_closing_after_each_answer_loses_no_request() {
         (Close::AfterAnswer, 8),
     ] {
         let (url, served) = closing_server(close).await;
-        let (outcome, lines) = run_logged(config(&url), 60, concurrency).await;
+        let (outcome, lines) = run_closed(config(&url), 60, concurrency).await;
         let what = format!("{close:?} at concurrency {concurrency}");
         assert_eq!(error_kinds(&lines), Vec::<String>::new(), "{what}");
         assert_eq!(outcome.counts.completed, 60, "{what}");
@@ -58,7 +58,7 @@ async fn a_server_closing_after_each_answer_loses_no_request() {
 async fn a_fresh_connection_that_fails_is_not_retried() {
     // Accepts, reads the request, closes without a word.
     let url = canned_close_at_once().await;
-    let (outcome, lines) = run_logged(config(&url), 4, 1).await;
+    let (outcome, lines) = run_closed(config(&url), 4, 1).await;
     assert_eq!(error_kinds(&lines), vec!["connect"; 4]);
     assert_eq!(outcome.counts.failed, 4);
     assert!(lines.iter().all(|l| l["retries"] == 0), "{lines:?}");
@@ -88,7 +88,7 @@ async fn a_stream_without_content_is_no_content() {
         "data: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"stop\"}]}\n\n",
     ] {
         let url = canned(SSE, body.as_bytes().to_vec()).await;
-        let (outcome, lines) = run_logged(config(&url), 3, 1).await;
+        let (outcome, lines) = run_closed(config(&url), 3, 1).await;
         assert_eq!(error_kinds(&lines), vec!["no_content"; 3], "{body}");
         assert_eq!(outcome.counts.completed, 0, "{body}");
     }
@@ -100,7 +100,7 @@ async fn a_stream_without_content_is_no_content() {
     .await;
     let mut whole = config(&url);
     whole.stream = false;
-    let (_, lines) = run_logged(whole, 2, 1).await;
+    let (_, lines) = run_closed(whole, 2, 1).await;
     assert_eq!(error_kinds(&lines), vec!["no_content"; 2]);
 }
 
@@ -109,7 +109,7 @@ async fn a_stream_without_content_is_no_content() {
 async fn a_wrong_content_type_says_so() {
     let html = "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8";
     let url = canned(html, b"<html>login</html>".to_vec()).await;
-    let (_, lines) = run_logged(config(&url), 2, 1).await;
+    let (_, lines) = run_closed(config(&url), 2, 1).await;
     assert_eq!(error_kinds(&lines), vec!["wrong_content_type"; 2]);
     let message = lines[0]["error"]["message"].as_str().unwrap();
     assert!(message.contains("text/event-stream"), "{message}");
@@ -120,7 +120,7 @@ async fn a_wrong_content_type_says_so() {
     let url = canned(SSE, b"data: [DONE]\n\n".to_vec()).await;
     let mut whole = config(&url);
     whole.stream = false;
-    let (_, lines) = run_logged(whole, 1, 1).await;
+    let (_, lines) = run_closed(whole, 1, 1).await;
     assert_eq!(error_kinds(&lines), vec!["wrong_content_type"]);
     let chunk = b"data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n".to_vec();
     let url = canned(
@@ -128,7 +128,7 @@ async fn a_wrong_content_type_says_so() {
         chunk,
     )
     .await;
-    let (outcome, _) = run_logged(config(&url), 1, 1).await;
+    let (outcome, _) = run_closed(config(&url), 1, 1).await;
     assert_eq!(outcome.counts.completed, 1);
 }
 
@@ -141,7 +141,7 @@ async fn redirects_are_reported_not_followed() {
             .into_boxed_str(),
     );
     let url = canned(head, Vec::new()).await;
-    let (_, lines) = run_logged(config(&url), 2, 1).await;
+    let (_, lines) = run_closed(config(&url), 2, 1).await;
     assert_eq!(error_kinds(&lines), vec!["http_301"; 2]);
     let message = lines[0]["error"]["message"].as_str().unwrap();
     assert!(message.contains("redirect"), "{message}");
@@ -162,7 +162,7 @@ async fn redirects_are_reported_not_followed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endless_event_fails_at_the_size_cap() {
     let url = endless_event("data: {\"choices\":[{\"text\":\"", 10 << 20).await;
-    let (_, lines) = run_logged(config(&url), 1, 1).await;
+    let (_, lines) = run_closed(config(&url), 1, 1).await;
     assert_eq!(error_kinds(&lines), vec!["malformed_event"]);
     let message = lines[0]["error"]["message"].as_str().unwrap();
     assert!(message.contains("1048576"), "{message}");
@@ -175,11 +175,11 @@ async fn a_raised_cap_accepts_a_large_event() {
     let text = "y".repeat(2 << 20);
     let body = format!("data: {{\"choices\":[{{\"text\":\"{text}\"}}]}}\n\ndata: [DONE]\n\n");
     let url = canned(SSE, body.into_bytes()).await;
-    let (_, lines) = run_logged(config(&url), 1, 1).await;
+    let (_, lines) = run_closed(config(&url), 1, 1).await;
     assert_eq!(error_kinds(&lines), vec!["malformed_event"]);
     let mut raised = config(&url);
     raised.max_event_bytes = 4 << 20;
-    let (outcome, _) = run_logged(raised, 1, 1).await;
+    let (outcome, _) = run_closed(raised, 1, 1).await;
     assert_eq!(outcome.counts.completed, 1);
 }
 
@@ -192,7 +192,7 @@ async fn a_hang_before_or_after_the_head_is_a_timeout() {
         let url = silent_server(send_head).await;
         let mut short = config(&url);
         short.timeout = Duration::from_millis(300);
-        let (_, lines) = run_logged(short, 2, 2).await;
+        let (_, lines) = run_closed(short, 2, 2).await;
         assert_eq!(
             error_kinds(&lines),
             vec!["timeout"; 2],

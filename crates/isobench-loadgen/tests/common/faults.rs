@@ -1,16 +1,12 @@
 //! Misbehaving servers for the fault tests, each a raw TCP listener on
 //! 127.0.0.1:0 (the mock never misbehaves this way), and a closed-loop run
-//! that returns the per-request log. Declared by the fault tests with
-//! `#[path = "common/faults.rs"] mod faults;`.
-
-#![allow(dead_code)] // each test binary uses its own subset
+//! that returns the per-request log.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use isobench_loadgen::{HttpBackend, HttpBackendConfig, RunOptions, RunOutcome, run};
-use isobench_workload::{LoadShape, Plan, PlannedRequest, Prompt, PromptTokens};
+use isobench_loadgen::{HttpBackendConfig, RunOptions, RunOutcome};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -23,59 +19,20 @@ pub fn config(url: &str) -> HttpBackendConfig {
     config
 }
 
-/// `count` requests sent by `concurrency` closed-loop slots.
-pub fn closed_plan(count: u64, concurrency: usize) -> Plan {
-    let requests = (0..count).map(|index| PlannedRequest {
-        index,
-        warmup: false,
-        offset: None,
-        prompt: Prompt::Text(format!("request {index}")),
-        input_tokens: 2,
-        max_tokens: 3,
-    });
-    Plan {
-        shape: LoadShape {
-            max_concurrency: Some(concurrency),
-            max_requests: Some(count),
-            description: "fault test".into(),
-            ..LoadShape::default()
-        },
-        prompt_tokens: PromptTokens::Approximate,
-        requests: Box::new(requests),
-    }
-}
-
-/// Runs `count` requests at `concurrency` against `config`'s endpoint and
-/// returns the outcome and the per-request log's lines.
-pub async fn run_logged(
+/// Runs `count` requests (3 tokens each) at `concurrency` closed-loop
+/// slots against `config`'s endpoint; returns the outcome and the
+/// per-request log's lines.
+pub async fn run_closed(
     config: HttpBackendConfig,
     count: u64,
     concurrency: usize,
 ) -> (RunOutcome, Vec<Value>) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("requests.jsonl");
-    let backend = Arc::new(HttpBackend::new(config).unwrap());
-    let options = RunOptions {
-        jsonl: Some(path.clone()),
-        ..RunOptions::default()
-    };
-    let outcome = run(closed_plan(count, concurrency), backend, options)
-        .await
-        .unwrap();
-    let lines = std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    (outcome, lines)
-}
-
-/// Error labels of the log's lines, in order.
-pub fn error_kinds(lines: &[Value]) -> Vec<String> {
-    lines
-        .iter()
-        .filter_map(|l| l["error"]["kind"].as_str().map(str::to_owned))
-        .collect()
+    super::run_logged(
+        super::closed_plan(count, concurrency, 3),
+        config,
+        RunOptions::default(),
+    )
+    .await
 }
 
 /// What the closing server did.
