@@ -1,7 +1,9 @@
 //! Batching must not change what a request generates: for every policy,
 //! concurrent greedy requests produce exactly the text each produces alone,
 //! also when the KV pool is so small that sequences are preempted and
-//! recomputed; and every block is back on the free list afterwards.
+//! recomputed; and every block is back on the free list afterwards. And
+//! they really were batched: the engine's batch-size histogram shows steps
+//! of several sequences, never more than the policy allows.
 
 mod common;
 
@@ -37,20 +39,57 @@ async fn all_at_once(server: &ServerHandle, base: u32) -> Vec<(String, u64)> {
 async fn check_batching_keeps_solo_outputs(
     configure: impl FnOnce(&mut ServerConfig),
 ) -> ServerHandle {
-    check_solo_outputs_with_lengths(configure, 10).await
+    check_solo_outputs_with_lengths(configure, 10, 4).await
 }
 
+/// Engine steps so far: (all, of one sequence, of at most `limit`), from
+/// the `isobench_batch_size` histogram of `/metrics`.
+fn batch_steps(server: &ServerHandle, limit: usize) -> (u64, u64, u64) {
+    let text = server.metrics_text();
+    let value = |prefix: &str| -> u64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(prefix))
+            .and_then(|rest| rest.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no `{prefix}` in /metrics:\n{text}"))
+    };
+    (
+        value("isobench_batch_size_count "),
+        value("isobench_batch_size_bucket{le=\"1\"} "),
+        value(&format!("isobench_batch_size_bucket{{le=\"{limit}\"}} ")),
+    )
+}
+
+/// Runs the prompts alone, then all at once, on a server that `configure`
+/// sets up to run at most `most` sequences a step.
 async fn check_solo_outputs_with_lengths(
     configure: impl FnOnce(&mut ServerConfig),
     base: u32,
+    most: u32,
 ) -> ServerHandle {
     let server = start(configure).await;
+    // The histogram's buckets are powers of two.
+    let limit = most.next_power_of_two() as usize;
     let alone = one_at_a_time(&server, base).await;
     for (i, (text, tokens)) in alone.iter().enumerate() {
         assert_eq!(*tokens, max_tokens(base, i) as u64, "request {i}: {text:?}");
     }
+    let (steps_alone, single_alone, _) = batch_steps(&server, limit);
+    assert_eq!(
+        steps_alone, single_alone,
+        "one at a time: one sequence a step"
+    );
     let together = all_at_once(&server, base).await;
     assert_eq!(together, alone);
+    let (steps, single, within_limit) = batch_steps(&server, limit);
+    assert!(
+        steps - single > 0,
+        "{} steps for the concurrent requests, none with more than one sequence",
+        steps - steps_alone
+    );
+    assert_eq!(
+        within_limit, steps,
+        "a step ran more than {limit} sequences"
+    );
     wait_until_all_blocks_free(&server).await;
     server
 }
@@ -107,6 +146,7 @@ async fn preemption_under_continuous_batching_keeps_outputs_and_frees_every_bloc
             };
         },
         30,
+        6,
     )
     .await;
     let stats = server.stats();
@@ -128,6 +168,7 @@ async fn preemption_under_static_batching_keeps_outputs_and_frees_every_block() 
             c.batching = BatchingConfig::Static { max_batch_size: 6 };
         },
         30,
+        6,
     )
     .await;
     let stats = server.stats();
