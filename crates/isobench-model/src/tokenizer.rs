@@ -210,11 +210,6 @@ impl Tokenizer {
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }
-
-    /// The wrapped Hugging Face tokenizer.
-    pub fn inner(&self) -> &tokenizers::Tokenizer {
-        &self.inner
-    }
 }
 
 /// Parses `path` as JSON if it exists; a missing file gives the default.

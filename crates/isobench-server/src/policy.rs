@@ -20,7 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::config::{BatchingConfig, BatchingKind};
+use crate::config::BatchingConfig;
 
 /// One waiting request as a policy sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,8 +56,6 @@ pub struct Admission {
 
 /// A batching policy (see the module docs).
 pub trait BatchingPolicy: Send {
-    fn kind(&self) -> BatchingKind;
-
     /// Which waiting requests start running now.
     fn admit(&mut self, snapshot: &QueueSnapshot<'_>) -> Admission;
 
@@ -110,10 +108,6 @@ pub struct StaticBatching {
 }
 
 impl BatchingPolicy for StaticBatching {
-    fn kind(&self) -> BatchingKind {
-        BatchingKind::Static
-    }
-
     fn admit(&mut self, snapshot: &QueueSnapshot<'_>) -> Admission {
         if snapshot.running > 0 {
             return Admission::default();
@@ -140,10 +134,6 @@ pub struct DynamicBatching {
 }
 
 impl BatchingPolicy for DynamicBatching {
-    fn kind(&self) -> BatchingKind {
-        BatchingKind::Dynamic
-    }
-
     fn admit(&mut self, snapshot: &QueueSnapshot<'_>) -> Admission {
         let Some(oldest) = snapshot.waiting.first() else {
             return Admission::default();
@@ -190,10 +180,6 @@ impl ContinuousBatching {
 }
 
 impl BatchingPolicy for ContinuousBatching {
-    fn kind(&self) -> BatchingKind {
-        BatchingKind::Continuous
-    }
-
     fn admit(&mut self, snapshot: &QueueSnapshot<'_>) -> Admission {
         let slots = (self.max_num_seqs as usize).saturating_sub(snapshot.running);
         let usable = if snapshot.running == 0 {
