@@ -2,6 +2,7 @@
 //! client), the embedded model server and the mock endpoint.
 //!
 //! - [`answer`]: writing an answer in either endpoint's shape (servers).
+//! - [`auth`]: the constant-time `Authorization: Bearer` check (servers).
 //! - [`completions`]: `POST /v1/completions` requests, responses and stream chunks.
 //! - [`chat`]: `POST /v1/chat/completions` likewise.
 //! - [`models`]: `GET /v1/models`.
@@ -15,6 +16,7 @@
 //! send vendor parameters and a server can see what it was sent.
 
 pub mod answer;
+pub mod auth;
 pub mod chat;
 pub mod completions;
 pub mod error;

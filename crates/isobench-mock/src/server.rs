@@ -215,9 +215,8 @@ impl MockState {
         };
         let given = headers
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if given == Some(key.as_str()) {
+            .and_then(|v| v.to_str().ok());
+        if isobench_api::auth::bearer_matches(given, key) {
             return Ok(());
         }
         self.counters.invalid.fetch_add(1, Ordering::Relaxed);

@@ -82,9 +82,8 @@ async fn require_api_key(
     let given = request
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
-    if given.is_some_and(|key| constant_time_eq(key.as_bytes(), expected.as_bytes())) {
+        .and_then(|value| value.to_str().ok());
+    if isobench_api::auth::bearer_matches(given, expected) {
         return next.run(request).await;
     }
     refuse(
@@ -93,11 +92,6 @@ async fn require_api_key(
             env_var: state.api_key_env.clone(),
         },
     )
-}
-
-/// Compares without an early exit on the first differing byte.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn refuse(state: &AppState, error: ServerError) -> Response {
@@ -305,13 +299,6 @@ fn parse_body<T: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn api_keys_compare_by_content() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-    }
 
     #[test]
     fn json_content_types() {
