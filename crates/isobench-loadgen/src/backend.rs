@@ -42,8 +42,9 @@ pub trait Backend: Send + Sync + 'static {
 /// usage per event. The binary supplies one when it knows the tokenizer.
 pub trait TokenCounter: Send + Sync {
     /// The byte offset in `text` at which each token ends, in order (their
-    /// number is the token count).
-    fn token_ends(&self, text: &str) -> Vec<usize>;
+    /// number is the token count); `None` when the tokenizer cannot encode
+    /// the text, and the count falls back to one token per event.
+    fn token_ends(&self, text: &str) -> Option<Vec<usize>>;
 }
 
 /// Marks `record` failed at `end_ns` with a message cut to a readable length.

@@ -61,4 +61,5 @@ pub use input::{MAX_LINE_BYTES, MAX_WORKLOAD_BYTES};
 pub use load::{ArrivalKind, Overrides};
 pub use plan::{ApiKind, LoadShape, Plan, PlannedRequest, Prompt, PromptTokens};
 pub use request::Sampling;
+pub use tokens::load_counting_tokenizer;
 pub use workload::{DEFAULT_TIMEOUT, Workload};

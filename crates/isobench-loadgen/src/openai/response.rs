@@ -328,7 +328,7 @@ fn finish_tokens(backend: &HttpBackend, state: &StreamState, record: &mut Reques
     // Tokenize only when the server's usage leaves something unknown.
     let needs_tokenizer = !usage_per_event || state.usage.is_none();
     let token_ends = match (backend.token_counter(), state.text.as_deref()) {
-        (Some(counter), Some(text)) if needs_tokenizer => Some(counter.token_ends(text)),
+        (Some(counter), Some(text)) if needs_tokenizer => counter.token_ends(text),
         _ => None,
     };
     if !usage_per_event {
@@ -394,16 +394,18 @@ async fn read_whole(
     }
     record.content_event_ns.push(now);
     record.end_ns = now;
-    let counted = match (view.usage, backend.token_counter()) {
+    let token_ends = match (view.usage, backend.token_counter()) {
+        (None, Some(counter)) => counter.token_ends(view.content()),
+        _ => None,
+    };
+    let counted = match (view.usage, token_ends) {
         (Some(usage), _) => {
             record.input_tokens = usage.prompt_tokens;
             (usage.completion_tokens, TokenSource::Usage)
         }
-        (None, Some(counter)) => (
-            saturating_u32(counter.token_ends(view.content()).len()),
-            TokenSource::Tokenizer,
-        ),
-        // Without usage or a tokenizer a whole answer is one "event".
+        (None, Some(ends)) => (saturating_u32(ends.len()), TokenSource::Tokenizer),
+        // Without usage or a tokenizer (or one that cannot encode the
+        // text) a whole answer is one "event".
         (None, None) => (1, TokenSource::Events),
     };
     (record.output_tokens, record.token_source) = counted;
