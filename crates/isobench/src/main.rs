@@ -17,6 +17,7 @@
 //! for 1, 3 and 130). docs/cli.md has the table.
 
 mod compare;
+mod default_model;
 mod gpu;
 mod mock;
 mod run;

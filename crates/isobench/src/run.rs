@@ -26,13 +26,11 @@ use isobench_server::{
 use isobench_workload::{ApiKind, ArrivalKind, Overrides, PromptTokens, Workload};
 use tokio_util::sync::CancellationToken;
 
+use crate::default_model::{DEFAULT_SERVER_MODEL, resolve_model_folder};
 use crate::gpu::GpuProbe;
 use crate::tokens::TokenizerCounter;
 
 mod precheck;
-
-/// The model folder the embedded server loads when no `--target` is given.
-const DEFAULT_SERVER_MODEL: &str = "models/small-llama";
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -380,24 +378,6 @@ impl Target {
             server.shutdown().await;
         }
     }
-}
-
-/// The embedded model folder: as given (relative to the current directory),
-/// else, for the default, the one in the source tree this binary was built from.
-fn resolve_model_folder(folder: &Path) -> anyhow::Result<PathBuf> {
-    if folder.join("config.json").is_file() {
-        return Ok(folder.to_path_buf());
-    }
-    let in_source_tree = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(folder);
-    if folder.is_relative() && in_source_tree.join("config.json").is_file() {
-        return Ok(in_source_tree);
-    }
-    bail!(
-        "--server-model {}: no config.json there; pass a model folder (Hugging Face layout, see docs/models.md) or --target URL",
-        folder.display()
-    )
 }
 
 /// Builds the HTTP backend and checks the endpoint before the run.
