@@ -10,12 +10,18 @@
 //! model.safetensors.index.json    + the shards its weight_map lists, or
 //! (nothing)                       with `isobench_seed` in config.json: generated weights
 //! ```
+//!
+//! A `.gguf` file (llama.cpp's format) opens as a folder too: its metadata
+//! holds the configuration and the tokenizer, its tensors the weights (see
+//! [`crate::gguf`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::gguf::GgufFile;
 use crate::weights::{SafetensorsFiles, WeightSource};
 use crate::{ModelConfig, ModelError, Tokenizer};
 
@@ -28,6 +34,8 @@ pub struct ModelFolder {
     config: ModelConfig,
     weight_files: Vec<PathBuf>,
     tokenizer: Tokenizer,
+    /// Set when the model is one GGUF file.
+    gguf: Option<Arc<GgufFile>>,
 }
 
 #[derive(Deserialize)]
@@ -41,10 +49,13 @@ impl ModelFolder {
     /// [`crate::load_model`]).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         let path = path.as_ref().to_path_buf();
+        if path.is_file() {
+            return Self::open_gguf(path);
+        }
         if !path.is_dir() {
             return Err(ModelError::MissingFile {
                 path,
-                needed: "expected a model folder with config.json, tokenizer.json and weights"
+                needed: "expected a model folder with config.json, tokenizer.json and weights, or a .gguf file"
                     .into(),
             });
         }
@@ -63,18 +74,40 @@ impl ModelFolder {
             config,
             weight_files,
             tokenizer,
+            gguf: None,
         })
+    }
+
+    /// A GGUF file: configuration, tokenizer and weights in one.
+    fn open_gguf(path: PathBuf) -> Result<Self, ModelError> {
+        let file = GgufFile::open(&path)?;
+        Ok(Self {
+            config: file.config().clone(),
+            tokenizer: file.tokenizer()?,
+            weight_files: vec![path.clone()],
+            path,
+            gguf: Some(Arc::new(file)),
+        })
+    }
+
+    /// Whether the model is a GGUF file.
+    pub fn is_gguf(&self) -> bool {
+        self.gguf.is_some()
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// The folder's name, e.g. `small-llama`: a natural model id.
+    /// The folder's name, e.g. `small-llama` (a GGUF file's name without
+    /// `.gguf`): a natural model id.
     pub fn name(&self) -> String {
-        self.path
-            .file_name()
-            .map(|name| name.to_string_lossy().into_owned())
+        let name = if self.is_gguf() {
+            self.path.file_stem()
+        } else {
+            self.path.file_name()
+        };
+        name.map(|name| name.to_string_lossy().into_owned())
             .unwrap_or_else(|| self.path.display().to_string())
     }
 
@@ -93,6 +126,9 @@ impl ModelFolder {
     }
 
     pub(crate) fn weight_source(&self) -> Result<WeightSource, ModelError> {
+        if let Some(file) = &self.gguf {
+            return Ok(WeightSource::Gguf(Arc::clone(file)));
+        }
         match self.config.seed {
             Some(seed) if self.weight_files.is_empty() => Ok(WeightSource::Seeded(seed)),
             _ => Ok(WeightSource::Files(SafetensorsFiles::open(

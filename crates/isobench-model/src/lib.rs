@@ -43,9 +43,11 @@
 mod batch;
 mod cache;
 mod config;
+mod cpu;
 mod device;
 mod error;
 mod folder;
+mod gguf;
 #[cfg(feature = "cuda")]
 mod graph;
 mod incremental;
@@ -65,6 +67,7 @@ pub use config::{Architecture, ModelConfig, RopeScaling, WeightSeed};
 pub use device::{DeviceMemory, device_memory, parse_device};
 pub use error::ModelError;
 pub use folder::ModelFolder;
+pub use gguf::export::{Exported, GgufType, export_gguf};
 pub use incremental::IncrementalDecoder;
 pub use options::{DEFAULT_GRAPH_BUCKETS, ModelOptions, StepStats};
 pub use tokenizer::Tokenizer;
@@ -78,6 +81,12 @@ pub use candle_core::{DType, Device, Tensor};
 pub use paged_attention::checks as kernels_for_checks;
 
 use weights::Weights;
+
+/// The instruction set the CPU step's kernels use on this machine:
+/// `avx512`, `avx2+fma` or `portable` (see docs/performance.md).
+pub fn cpu_kernels() -> &'static str {
+    cpu::Isa::detect().name()
+}
 
 /// A causal language model that runs steps over a paged KV cache.
 pub trait CausalLm: Send {

@@ -16,10 +16,11 @@
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm};
 
+use crate::cpu::{CpuLayer, CpuNetwork, Isa, Matrix, Projection, Shapes};
 use crate::paged_attention::{paged_attention, write_kv};
 use crate::rope::{RotaryEmbedding, rotate};
 use crate::seeded::Init;
-use crate::step::{StepLimits, StepTensors};
+use crate::step::{HostStep, StepLimits, StepTensors};
 use crate::timer::StepTimer;
 use crate::weights::Weights;
 use crate::{CausalLm, KvCache, ModelConfig, ModelError, ModelOptions, StepBatch, StepStats};
@@ -196,9 +197,16 @@ impl Network {
     }
 }
 
+/// What runs a step: candle's graph of ops (GPU, and the CPU's plain
+/// path), or the CPU step of [`crate::cpu`].
+enum Engine {
+    Candle(Network),
+    Cpu(Box<CpuNetwork>),
+}
+
 /// A Llama-family causal LM; build it with [`crate::load_model_with`].
 pub(crate) struct Llama {
-    net: Network,
+    engine: Engine,
     config: ModelConfig,
     device: Device,
     dtype: DType,
@@ -215,32 +223,16 @@ impl Llama {
         options: &ModelOptions,
     ) -> std::result::Result<Self, ModelError> {
         let buckets = options.buckets()?;
-        let model = w.pp("model");
-        let embeddings = model.pp("embed_tokens").get(
-            (cfg.vocab_size, cfg.hidden_size),
-            "weight",
-            Init::Normal,
-        )?;
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|index| DecoderLayer::new(cfg, &model.pp("layers").pp(index)))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let lm_head = if cfg.tie_word_embeddings {
-            Linear::new(transposed_storage(&embeddings)?, None)
-        } else {
-            linear(cfg.hidden_size, cfg.vocab_size, false, &w.pp("lm_head"))?
-        };
-        let net = Network {
-            embed_tokens: Embedding::new(embeddings, cfg.hidden_size),
-            layers,
-            norm: rms_norm(cfg.hidden_size, cfg.rms_norm_eps, &model.pp("norm"))?,
-            lm_head,
-            rotary: RotaryEmbedding::new(cfg, w.dtype(), w.device())?,
-        };
         let device = w.device().clone();
+        let engine = if device.is_cpu() && options.cpu_kernels {
+            Engine::Cpu(Box::new(cpu_network(cfg, w)?))
+        } else {
+            Engine::Candle(candle_network(cfg, w)?)
+        };
         #[cfg(not(feature = "cuda"))]
         let _ = buckets;
         Ok(Self {
-            net,
+            engine,
             config: cfg.clone(),
             timer: StepTimer::for_device(&device)?,
             #[cfg(feature = "cuda")]
@@ -286,18 +278,140 @@ impl Llama {
         #[cfg(feature = "cuda")]
         if let Some(graphs) = self.graphs.as_mut() {
             crate::step::validate(batch, limits)?;
-            if let Some((logits, bucket)) = graphs.run(&self.net, batch, limits, cache)? {
+            let Engine::Candle(net) = &self.engine else {
+                unreachable!("CUDA graphs run candle's network")
+            };
+            if let Some((logits, bucket)) = graphs.run(net, batch, limits, cache)? {
                 return Ok((logits, bucket, true));
             }
         }
-        let step = StepTensors::new(batch, limits, &self.device)?;
-        // On the CPU this runs the step inside candle's own thread pool, so
-        // the many short parallel sections of a step (every matmul, the
-        // attention kernel) start on warm workers instead of waking them
-        // from this thread each time.
-        let logits = self.device.with_context(|| self.net.run(&step, cache))?;
+        let logits = match &mut self.engine {
+            Engine::Cpu(net) => {
+                crate::step::validate(batch, limits)?;
+                let width = batch.seqs.iter().map(|s| s.block_table.len()).max();
+                let host = HostStep::new(batch, width.unwrap_or(1), batch.seqs.len());
+                net.run(&host, cache)?
+            }
+            Engine::Candle(net) => {
+                let step = StepTensors::new(batch, limits, &self.device)?;
+                // On the CPU this runs the step inside candle's own thread
+                // pool, so the many short parallel sections of a step
+                // (every matmul, the attention kernel) start on warm
+                // workers instead of waking them from this thread each time.
+                self.device.with_context(|| net.run(&step, cache))?
+            }
+        };
         Ok((logits, batch.seqs.len(), false))
     }
+}
+
+/// The candle graph of the network.
+fn candle_network(cfg: &ModelConfig, w: &Weights<'_>) -> std::result::Result<Network, ModelError> {
+    let model = w.pp("model");
+    let embeddings =
+        model
+            .pp("embed_tokens")
+            .get((cfg.vocab_size, cfg.hidden_size), "weight", Init::Normal)?;
+    let layers = (0..cfg.num_hidden_layers)
+        .map(|index| DecoderLayer::new(cfg, &model.pp("layers").pp(index)))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let lm_head = if cfg.tie_word_embeddings {
+        Linear::new(transposed_storage(&embeddings)?, None)
+    } else {
+        linear(cfg.hidden_size, cfg.vocab_size, false, &w.pp("lm_head"))?
+    };
+    Ok(Network {
+        embed_tokens: Embedding::new(embeddings, cfg.hidden_size),
+        layers,
+        norm: rms_norm(cfg.hidden_size, cfg.rms_norm_eps, &model.pp("norm"))?,
+        lm_head,
+        rotary: RotaryEmbedding::new(cfg, w.dtype(), w.device())?,
+    })
+}
+
+/// A projection's weight and optional bias for the CPU step.
+fn cpu_parts(
+    w: &Weights<'_>,
+    parts: &[(&str, usize)],
+    k: usize,
+    bias: bool,
+) -> std::result::Result<Projection, ModelError> {
+    let weights = parts
+        .iter()
+        .map(|&(name, n)| w.pp(name).matrix((n, k), "weight"))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let bias = if bias {
+        let mut all = Vec::new();
+        for &(name, n) in parts {
+            all.extend(w.pp(name).vector(n, "bias", Init::Zeros)?);
+        }
+        Some(all)
+    } else {
+        None
+    };
+    Ok(Projection::new(weights, bias))
+}
+
+/// The network for the CPU step (see [`crate::cpu`]): the same weights,
+/// q/k/v and gate/up fused.
+fn cpu_network(cfg: &ModelConfig, w: &Weights<'_>) -> std::result::Result<CpuNetwork, ModelError> {
+    let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+    let q_dim = cfg.num_attention_heads * cfg.head_dim;
+    let kv_dim = cfg.num_key_value_heads * cfg.head_dim;
+    let model = w.pp("model");
+    let layer = |index: usize| -> std::result::Result<CpuLayer, ModelError> {
+        let l = model.pp("layers").pp(index);
+        let (attn, mlp) = (l.pp("self_attn"), l.pp("mlp"));
+        Ok(CpuLayer {
+            input_norm: l.pp("input_layernorm").vector(h, "weight", Init::Ones)?,
+            qkv: cpu_parts(
+                &attn,
+                &[("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)],
+                h,
+                cfg.qkv_bias,
+            )?,
+            o_proj: cpu_parts(&attn, &[("o_proj", h)], q_dim, cfg.o_proj_bias)?,
+            post_attention_norm: l.pp("post_attention_layernorm").vector(
+                h,
+                "weight",
+                Init::Ones,
+            )?,
+            gate_up: cpu_parts(&mlp, &[("gate_proj", i), ("up_proj", i)], h, cfg.mlp_bias)?,
+            down_proj: cpu_parts(&mlp, &[("down_proj", h)], i, cfg.mlp_bias)?,
+        })
+    };
+    let layers = (0..cfg.num_hidden_layers)
+        .map(layer)
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let embed = model.pp("embed_tokens");
+    let table = embed.get((cfg.vocab_size, h), "weight", Init::Normal)?;
+    let embeddings = Matrix::from_tensor(&table)?;
+    let lm_head = if cfg.tie_word_embeddings {
+        // The table as stored (quantized in a GGUF file), read as a matrix.
+        Projection::new(vec![embed.matrix((cfg.vocab_size, h), "weight")?], None)
+    } else {
+        cpu_parts(w, &[("lm_head", cfg.vocab_size)], h, false)?
+    };
+    let (cos, sin) = crate::rope::tables(cfg);
+    Ok(CpuNetwork {
+        isa: Isa::detect(),
+        shapes: Shapes {
+            hidden: h,
+            heads: cfg.num_attention_heads,
+            kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+            intermediate: i,
+            vocab: cfg.vocab_size,
+            eps: cfg.rms_norm_eps as f32,
+        },
+        embeddings,
+        layers,
+        norm: model.pp("norm").vector(h, "weight", Init::Ones)?,
+        lm_head,
+        cos,
+        sin,
+        workspace: Default::default(),
+    })
 }
 
 impl CausalLm for Llama {

@@ -23,6 +23,10 @@ pub struct ModelOptions {
     /// The batch sizes graphs are captured for: a pure-decode batch of `n`
     /// sequences replays the graph of the smallest bucket `>= n`, padded.
     pub graph_buckets: Vec<usize>,
+    /// On the CPU, run steps on this crate's own kernels (`cpu` module:
+    /// SIMD projections, one thread pool, reused buffers). Off: candle's
+    /// general ops, the plain path the kernels are tested against.
+    pub cpu_kernels: bool,
 }
 
 impl Default for ModelOptions {
@@ -31,6 +35,7 @@ impl Default for ModelOptions {
             dtype: None,
             cuda_graphs: true,
             graph_buckets: DEFAULT_GRAPH_BUCKETS.to_vec(),
+            cpu_kernels: true,
         }
     }
 }

@@ -20,18 +20,8 @@ pub(crate) struct RotaryEmbedding {
 
 impl RotaryEmbedding {
     pub(crate) fn new(config: &ModelConfig, dtype: DType, device: &Device) -> Result<Self> {
-        let inv_freq = inverse_frequencies(config);
-        let half = inv_freq.len();
-        let positions = config.max_position_embeddings;
-        let mut cos = Vec::with_capacity(positions * half);
-        let mut sin = Vec::with_capacity(positions * half);
-        for position in 0..positions {
-            for &freq in &inv_freq {
-                let angle = freq * position as f32;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
+        let (cos, sin) = tables(config);
+        let (positions, half) = (config.max_position_embeddings, config.head_dim / 2);
         let table = |values| -> Result<Tensor> {
             Tensor::from_vec(values, (positions, half), device)?.to_dtype(dtype)
         };
@@ -49,6 +39,23 @@ impl RotaryEmbedding {
             self.sin.index_select(positions, 0)?,
         ))
     }
+}
+
+/// cos and sin of every position's angles, [max_position_embeddings,
+/// head_dim / 2] each, row-major.
+pub(crate) fn tables(config: &ModelConfig) -> (Vec<f32>, Vec<f32>) {
+    let inv_freq = inverse_frequencies(config);
+    let positions = config.max_position_embeddings;
+    let mut cos = Vec::with_capacity(positions * inv_freq.len());
+    let mut sin = Vec::with_capacity(positions * inv_freq.len());
+    for position in 0..positions {
+        for &freq in &inv_freq {
+            let angle = freq * position as f32;
+            cos.push(angle.cos());
+            sin.push(angle.sin());
+        }
+    }
+    (cos, sin)
 }
 
 /// Rotates `q` [1, T, heads, head_dim] and `k` [1, T, kv_heads, head_dim]

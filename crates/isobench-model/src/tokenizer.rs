@@ -151,6 +151,26 @@ impl Tokenizer {
         })
     }
 
+    /// A tokenizer built elsewhere (a GGUF file's metadata), with its
+    /// special ids and chat template; the bos and eos texts are the ids'
+    /// tokens.
+    pub(crate) fn from_parts(
+        inner: tokenizers::Tokenizer,
+        bos_token_id: Option<u32>,
+        eos_token_ids: Vec<u32>,
+        chat_template: Option<String>,
+    ) -> Self {
+        let text = |id: Option<u32>| id.and_then(|id| inner.id_to_token(id));
+        Self {
+            bos_token: text(bos_token_id),
+            eos_token: text(eos_token_ids.first().copied()),
+            inner: Arc::new(inner),
+            bos_token_id,
+            eos_token_ids,
+            chat_template,
+        }
+    }
+
     /// Token ids of `text`. With `add_special_tokens`, the tokenizer's
     /// post-processor adds what the model expects around a raw prompt (for
     /// the shipped models: `<|begin_of_text|>` in front). Text rendered by

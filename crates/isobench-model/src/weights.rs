@@ -11,17 +11,21 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use candle_core::quantized::{GgmlDType, QMatMul};
 use candle_core::safetensors::{Load, MmapedSafetensors};
 use candle_core::{DType, Device, Shape, Tensor};
 use half::{bf16, f16};
 
+use crate::gguf::{GgufFile, is_dense};
 use crate::seeded::{self, Init};
 use crate::{ModelError, WeightSeed};
 
 pub(crate) enum WeightSource {
     Files(SafetensorsFiles),
     Seeded(WeightSeed),
+    Gguf(Arc<GgufFile>),
 }
 
 /// Memory-mapped safetensors files and which file holds each tensor.
@@ -144,6 +148,53 @@ impl<'a> Weights<'a> {
         }
     }
 
+    /// Weight matrix `name` [n, k] for the CPU step: in the view's dtype,
+    /// or as a GGUF file stores it (f32, f16 and bf16 kept, quantized
+    /// blocks for candle's quantized matmul).
+    pub(crate) fn matrix(
+        &self,
+        (n, k): (usize, usize),
+        name: &str,
+    ) -> Result<crate::cpu::Weight, ModelError> {
+        use crate::cpu::{Matrix, Weight};
+        let WeightSource::Gguf(file) = self.source else {
+            let tensor = self.get((n, k), name, Init::Normal)?;
+            return Ok(Weight::Dense(Matrix::from_tensor(&tensor)?));
+        };
+        let tensor = file.tensor(&self.full_name(name), &(n, k).into())?;
+        if !is_dense(tensor.dtype()) {
+            return Ok(Weight::Quantized {
+                matmul: QMatMul::from_qtensor(tensor)?,
+                n,
+                k,
+            });
+        }
+        let dense = match tensor.dtype() {
+            GgmlDType::F16 => tensor.dequantize_f16(&Device::Cpu)?,
+            GgmlDType::BF16 => tensor.dequantize(&Device::Cpu)?.to_dtype(DType::BF16)?,
+            _ => tensor.dequantize(&Device::Cpu)?,
+        };
+        Ok(Weight::Dense(Matrix::from_tensor(&dense)?))
+    }
+
+    fn full_name(&self, name: &str) -> String {
+        if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{name}", self.prefix)
+        }
+    }
+
+    /// Vector `name` as f32 (norm weights, biases) for the CPU step.
+    pub(crate) fn vector(
+        &self,
+        len: usize,
+        name: &str,
+        init: Init,
+    ) -> Result<Vec<f32>, ModelError> {
+        Ok(self.get(len, name, init)?.to_dtype(DType::F32)?.to_vec1()?)
+    }
+
     /// Tensor `name` under this view's prefix, checked against `shape`.
     /// `init` says how the seeded generator fills it.
     pub(crate) fn get(
@@ -153,13 +204,13 @@ impl<'a> Weights<'a> {
         init: Init,
     ) -> Result<Tensor, ModelError> {
         let shape = shape.into();
-        let full_name = if self.prefix.is_empty() {
-            name.to_string()
-        } else {
-            format!("{}.{name}", self.prefix)
-        };
+        let full_name = self.full_name(name);
         match self.source {
             WeightSource::Files(files) => files.get(&full_name, &shape, self.dtype, self.device),
+            WeightSource::Gguf(file) => Ok(file
+                .tensor(&full_name, &shape)?
+                .dequantize(self.device)?
+                .to_dtype(self.dtype)?),
             WeightSource::Seeded(seed) => {
                 let (name, len) = (full_name.as_str(), shape.elem_count());
                 // Generated in the model's dtype, so only those bytes are

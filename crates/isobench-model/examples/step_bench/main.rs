@@ -11,6 +11,8 @@
 //!   --batch LIST       batch sizes, e.g. 1,8,32,64,128 (default 1,8,32)
 //!   --context N        tokens prefilled per sequence (default 128)
 //!   --steps N          timed decode steps per batch and mode (default 16)
+//!   --plain            on the CPU: candle's general ops instead of the CPU
+//!                      step's own kernels (the plain path, for comparison)
 //!   --check            correctness mode instead (see check.rs)
 //! ```
 //!
@@ -48,6 +50,7 @@ struct Args {
     context: usize,
     steps: usize,
     check: bool,
+    plain: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -60,12 +63,17 @@ fn parse_args() -> Result<Args> {
         context: 128,
         steps: 16,
         check: false,
+        plain: false,
     };
     let mut graphs = None;
     let mut raw = std::env::args().skip(1);
     while let Some(flag) = raw.next() {
         if flag == "--check" {
             args.check = true;
+            continue;
+        }
+        if flag == "--plain" {
+            args.plain = true;
             continue;
         }
         let value = raw
@@ -106,7 +114,7 @@ fn parse_args() -> Result<Args> {
             "--steps" => args.steps = number("--steps", &value)?,
             _ => {
                 return Err(format!(
-                    "unknown flag `{flag}`; accepted: --model, --device, --dtype, --graphs, --batch, --context, --steps, --check"
+                    "unknown flag `{flag}`; accepted: --model, --device, --dtype, --graphs, --batch, --context, --steps, --plain, --check"
                 )
                 .into());
             }
@@ -287,13 +295,19 @@ fn load(
     let options = ModelOptions {
         dtype: args.dtype,
         cuda_graphs: graphs,
+        cpu_kernels: !args.plain,
         ..ModelOptions::default()
     };
     let start = Instant::now();
     let model = load_model_with(folder, device, &options)?;
     device.synchronize()?;
+    let kernels = match (device.is_cpu(), args.plain) {
+        (false, _) => "candle".to_string(),
+        (true, true) => "candle (plain)".to_string(),
+        (true, false) => format!("own, {}", isobench_model::cpu_kernels()),
+    };
     println!(
-        "{}: {:.1} M parameters, {:?} on {:?}, graphs {}, loaded in {:.1} s",
+        "{}: {:.1} M parameters, {:?} on {:?}, graphs {}, kernels {kernels}, loaded in {:.1} s",
         folder.name(),
         folder.config().num_parameters() as f64 / 1e6,
         model.dtype(),

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use super::{Metadata, PADDING_SLOT};
 
 /// Element types the cache can hold; arithmetic is done in f32.
-trait CacheElem: Copy + Send + Sync + 'static {
+pub(crate) trait CacheElem: Copy + Send + Sync + 'static {
     fn to_f32(self) -> f32;
     fn from_f32(value: f32) -> Self;
 }
@@ -122,15 +122,15 @@ fn write_rows<E: Copy>(
 }
 
 /// The step's metadata as slices, and the shapes the kernel needs.
-struct Geometry<'a> {
-    block_tables: &'a [u32],
-    table_width: usize,
-    context_lens: &'a [u32],
-    query_starts: &'a [u32],
-    num_heads: usize,
-    num_kv_heads: usize,
-    head_dim: usize,
-    block_size: usize,
+pub(crate) struct Geometry<'a> {
+    pub block_tables: &'a [u32],
+    pub table_width: usize,
+    pub context_lens: &'a [u32],
+    pub query_starts: &'a [u32],
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub block_size: usize,
 }
 
 /// The CPU side of `PagedAttention`: checks the step, then runs the
@@ -218,7 +218,7 @@ pub(super) fn attend(
 
 impl Geometry<'_> {
     /// Checks that every read the kernel will make is in bounds.
-    fn check(&self, tokens: usize, num_slots: usize) -> Result<()> {
+    pub(crate) fn check(&self, tokens: usize, num_slots: usize) -> Result<()> {
         let seqs = self.context_lens.len();
         if self.query_starts.len() != seqs + 1
             || self.query_starts[0] != 0
@@ -251,7 +251,7 @@ impl Geometry<'_> {
 
 /// Per-worker buffers, reused across the tokens a worker handles.
 #[derive(Default)]
-struct Scratch {
+pub(crate) struct Scratch {
     /// The token's queries, scaled by 1/sqrt(head_dim): [heads, head_dim].
     queries: Vec<f32>,
     /// Scores, then softmax weights: [heads, visible].
@@ -303,7 +303,7 @@ fn attend_all<E: CacheElem>(
 }
 
 /// Whether the CPU can run [`attend_token_avx2`].
-fn simd_available() -> bool {
+pub(crate) fn simd_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
@@ -318,18 +318,19 @@ fn simd_available() -> bool {
 /// the baseline's 4); chosen at run time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn attend_token_avx2<E: CacheElem>(work: TokenWork<'_, '_, E>) {
+fn attend_token_avx2<Q: CacheElem, E: CacheElem>(work: TokenWork<'_, '_, Q, E>) {
     attend_token(work)
 }
 
-/// One new token's inputs and output.
-struct TokenWork<'g, 'a, E> {
+/// One new token's inputs and output: queries and output of type `Q`
+/// over a cache of `E`.
+struct TokenWork<'g, 'a, Q, E> {
     g: &'g Geometry<'a>,
     token: usize,
-    q: &'g [E],
+    q: &'g [Q],
     keys: &'g [E],
     values: &'g [E],
-    out: &'g mut [E],
+    out: &'g mut [Q],
     scratch: &'g mut Scratch,
 }
 
@@ -337,7 +338,7 @@ struct TokenWork<'g, 'a, E> {
 /// within a block slot by slot: each slot's keys (or values) for all KV
 /// heads are one contiguous row, so the cache is read sequentially.
 #[inline(always)]
-fn attend_token<E: CacheElem>(work: TokenWork<'_, '_, E>) {
+fn attend_token<Q: CacheElem, E: CacheElem>(work: TokenWork<'_, '_, Q, E>) {
     let TokenWork {
         g,
         token,
@@ -419,9 +420,59 @@ fn attend_token<E: CacheElem>(work: TokenWork<'_, '_, E>) {
         .zip(&scratch.inverse_sums)
     {
         for (out, &sum) in out.iter_mut().zip(sums) {
-            *out = E::from_f32(sum * inverse_sum);
+            *out = Q::from_f32(sum * inverse_sum);
         }
     }
+}
+
+/// Attention of one new token (`token`, its f32 queries `q` and output
+/// `out`, `[heads * head_dim]` each) over a cache of any float dtype, for
+/// the CPU step of `crate::cpu`, which checked `g` first
+/// ([`Geometry::check`]). `wide`: [`simd_available`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attend_f32_token(
+    g: &Geometry<'_>,
+    token: usize,
+    q: &[f32],
+    (keys, values): (&CpuStorage, &CpuStorage),
+    out: &mut [f32],
+    scratch: &mut Scratch,
+    wide: bool,
+) -> Result<()> {
+    fn run<E: CacheElem>(work: TokenWork<'_, '_, f32, E>, wide: bool) {
+        if wide {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the caller checked that this CPU has AVX2 and FMA.
+            unsafe {
+                attend_token_avx2(work)
+            }
+        } else {
+            attend_token(work)
+        }
+    }
+    macro_rules! work {
+        ($keys:expr, $values:expr) => {
+            TokenWork {
+                g,
+                token,
+                q,
+                keys: $keys,
+                values: $values,
+                out,
+                scratch,
+            }
+        };
+    }
+    match (keys, values) {
+        (CpuStorage::F32(k), CpuStorage::F32(v)) => run(work!(k, v), wide),
+        (CpuStorage::F16(k), CpuStorage::F16(v)) => run(work!(k, v), wide),
+        (CpuStorage::BF16(k), CpuStorage::BF16(v)) => run(work!(k, v), wide),
+        (k, _) => bail!(
+            "paged attention: the cache ({:?}) must be f32, f16 or bf16",
+            k.dtype()
+        ),
+    }
+    Ok(())
 }
 
 /// Dot product with eight independent accumulators, so it vectorises.

@@ -22,7 +22,7 @@ use candle_core::{CpuStorage, CustomOp3, InplaceOp3, Layout, Result, Shape, Tens
 
 use crate::step::StepTensors;
 
-mod cpu;
+pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 
