@@ -170,16 +170,25 @@ impl ServerConfig {
         self.batching.validate()
     }
 
-    /// The model name clients send: the configured one, else the folder name.
+    /// The model name clients send: the configured one, else the folder
+    /// name (a GGUF file's name without `.gguf`).
     pub fn model_name(&self) -> String {
         if let Some(name) = &self.served_model_name {
             return name.clone();
         }
-        self.model
+        let path = self
+            .model
             .canonicalize()
-            .unwrap_or_else(|_| self.model.clone())
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| self.model.clone());
+        let name = if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+        {
+            path.file_stem()
+        } else {
+            path.file_name()
+        };
+        name.map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".to_owned())
     }
 }
@@ -436,7 +445,8 @@ impl fmt::Display for ByteSize {
 /// into a [`ServerConfig`] with [`ServerArgs::into_config`].
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServerArgs {
-    /// Model folder (Hugging Face layout: config.json, tokenizer.json, weights or a seed).
+    /// Model folder (Hugging Face layout: config.json, tokenizer.json, weights or a seed),
+    /// or a llama.cpp GGUF file (f32, f16, bf16, Q8_0, Q4_K, Q6_K, ...).
     #[arg(long, env = "ISOBENCH_MODEL")]
     pub model: PathBuf,
     /// Name clients send in `model` [default: the folder name].

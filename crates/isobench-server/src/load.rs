@@ -46,6 +46,15 @@ impl Loaded {
             message: err.to_string(),
         })?;
         let folder = ModelFolder::open(&config.model)?;
+        if folder.is_gguf() && !device.is_cpu() {
+            return Err(ServerError::Config {
+                flag: "--model",
+                message: format!(
+                    "{} is a GGUF file, which runs on the CPU only; accepted: --device cpu, or a model folder",
+                    config.model.display()
+                ),
+            });
+        }
         if device.is_cpu() && config.cuda_graphs.is_some() {
             tracing::info!("--cuda-graphs is ignored on the CPU");
         }
@@ -182,6 +191,11 @@ fn blocks_in(
     Ok(u32::try_from(blocks).unwrap_or(u32::MAX))
 }
 
+/// Where the chat template came from, for its errors.
 fn template_source(folder: &Path) -> String {
-    folder.join("tokenizer_config.json").display().to_string()
+    if folder.is_file() {
+        format!("{} (tokenizer.chat_template)", folder.display())
+    } else {
+        folder.join("tokenizer_config.json").display().to_string()
+    }
 }
