@@ -50,3 +50,159 @@ if [ ! -x "$server_bin" ]; then
     -j "$threads" >"$CACHE/build.log" 2>&1
 fi
 [ "${BUILD_ONLY:-0}" = 1 ] && { echo "built $server_bin"; exit 0; }
+
+# --- isobench, the model and its GGUF files -------------------------------
+cargo build --release -p isobench --example to_gguf -p isobench-model >"$OUT/cargo.log" 2>&1
+bin=$root/target/release/isobench
+model=$OUT/model
+python3 scripts/make-bench-model.py "$model" >/dev/null
+for format in $FORMATS; do
+  [ -f "$OUT/model-$format.gguf" ] ||
+    target/release/examples/to_gguf "$model" "$OUT/model-$format.gguf" "$format" >/dev/null
+done
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+simd=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+  grep -xE 'avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16' | tr '\n' ' ')
+echo "CPU: $cpu ($(nproc) cores), SIMD: $simd; servers and clients on cores $CORES, $threads threads"
+
+cat >"$OUT/compare.toml" <<TOML
+name = "compare"
+description = "issue 9: 32-token prompts, 64 output tokens, greedy, streamed, closed loop"
+api = "completions"
+stream = true
+seed = 9
+timeout = "120s"
+tokenizer = "model/tokenizer.json"
+
+[request]
+input_tokens = { dist = "fixed", value = 32 }
+output_tokens = { dist = "fixed", value = 64 }
+ignore_eos = true
+temperature = 0.0
+
+[load]
+arrival = "closed"
+concurrency = 1
+max_requests = 16
+warmup = 2
+TOML
+
+PORT=${PORT:-18190}
+server_pid=
+stop_server() {
+  if [ -n "$server_pid" ]; then
+    kill -INT "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  server_pid=
+}
+trap stop_server EXIT
+
+start_server() { # engine format slots log
+  local file=$OUT/model-$2.gguf
+  case $1 in
+    llama) taskset -c "$CORES" "$server_bin" -m "$file" --host 127.0.0.1 --port "$PORT" \
+             -t "$threads" -tb "$threads" -np "$3" -cb -c 4096 \
+             --no-webui >"$4" 2>&1 & ;;
+    isobench) taskset -c "$CORES" "$bin" serve --model "$file" --port "$PORT" \
+             --batching continuous --max-num-seqs "$3" --kv-memory 1GiB >"$4" 2>&1 & ;;
+  esac
+  server_pid=$!
+  for _ in $(seq 1200); do
+    curl -fs "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "the $1 server for $2 did not start; see $4" >&2
+  exit 1
+}
+
+model_name() { curl -fs "http://127.0.0.1:$PORT/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])'; }
+
+for round in $(seq 1 "$ROUNDS"); do
+  for format in $FORMATS; do
+    for engine in llama isobench; do   # A B, every round
+      start_server "$engine" "$format" 32 "$OUT/server-$engine-$format-r$round.log"
+      name=$(model_name)
+      for c in $CONCURRENCY; do
+        requests=${REQUESTS:-$((2 * c > 16 ? 2 * c : 16))}
+        tag=$engine-$format-c$c-r$round
+        taskset -c "$CORES" "$bin" run "$OUT/compare.toml" --quiet --target "http://127.0.0.1:$PORT" \
+          --model "$name" --concurrency "$c" --max-requests "$requests" --warmup "$c" \
+          -o "$OUT/$tag.json" >/dev/null || true
+        taskset -c "$CORES" python3 scripts/sse_client.py --url "http://127.0.0.1:$PORT" --model "$name" \
+          --concurrency "$c" --requests "$requests" --max-tokens 64 >"$OUT/$tag.sse.json" || true
+        echo "round $round $engine $format c$c: $(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))
+print(f"isobench run {r[\"output_throughput\"]:.0f} tok/s, TPOT p50 {r[\"median_tpot_ms\"]:.1f} ms; "
+      f"sse_client {s[\"output_tokens_per_s\"]:.0f} tok/s, TPOT p50 {s[\"tpot_p50_ms\"]:.1f} ms")' \
+          "$OUT/$tag.json" "$OUT/$tag.sse.json" 2>/dev/null || echo failed)"
+      done
+      stop_server
+    done
+  done
+done
+
+if [ "${PREFILL:-1}" = 1 ]; then
+  # Prefill: one request at a time, P-token prompts, 1 output token; TTFT.
+  for format in $FORMATS; do
+    for engine in llama isobench; do
+      start_server "$engine" "$format" 1 "$OUT/server-$engine-$format-prefill.log"
+      name=$(model_name)
+      for p in 128 512 1024 2048; do
+        sed -e "s/value = 32 }/value = $p }/" -e "s/value = 64 }/value = 1 }/" "$OUT/compare.toml" >"$OUT/prefill-$p.toml"
+        taskset -c "$CORES" "$bin" run "$OUT/prefill-$p.toml" --quiet --target "http://127.0.0.1:$PORT" \
+          --model "$name" --concurrency 1 --max-requests 5 --warmup 1 \
+          -o "$OUT/prefill-$engine-$format-p$p.json" >/dev/null || true
+      done
+      stop_server
+    done
+  done
+fi
+
+python3 - "$OUT" "$cpu" "$simd" "$CONCURRENCY" "$FORMATS" <<'PY'
+import glob, json, os, statistics, sys
+out, cpu, simd, levels, formats = sys.argv[1:]
+def med(xs): return statistics.median(xs) if xs else float("nan")
+def cell(engine, fmt, c, client):
+    tok, tpot = [], []
+    for path in glob.glob(f"{out}/{engine}-{fmt}-c{c}-r*.json"):
+        if path.endswith(".sse.json"):
+            continue
+        try:
+            if client == "isobench":
+                r = json.load(open(path)); tok.append(r["output_throughput"]); tpot.append(r["median_tpot_ms"])
+            else:
+                s = json.load(open(path[:-5] + ".sse.json")); tok.append(s["output_tokens_per_s"]); tpot.append(s["tpot_p50_ms"])
+        except (OSError, KeyError, ValueError):
+            pass
+    return f"{med(tok):.0f}, {med(tpot):.1f} ms ({len(tok)})"
+print(f"\nCPU: {cpu}; SIMD: {simd}")
+print("out tok/s, TPOT p50 (medians over rounds; runs counted in brackets)\n")
+for client in ["isobench", "sse_client"]:
+    print(f"client: {client}\n")
+    print("| format | concurrency | llama-server | isobench serve |")
+    print("|---|---|---|---|")
+    for fmt in formats.split():
+        for c in levels.split():
+            print(f"| {fmt} | {c} | {cell('llama', fmt, c, client)} | {cell('isobench', fmt, c, client)} |")
+    print()
+rows = []
+for fmt in formats.split():
+    for p in [128, 512, 1024, 2048]:
+        row = [fmt, str(p)]
+        for engine in ["llama", "isobench"]:
+            try:
+                r = json.load(open(f"{out}/prefill-{engine}-{fmt}-p{p}.json"))
+                row.append(f"{p / r['median_ttft_ms'] * 1e3:.0f}")
+            except (OSError, KeyError, ValueError, ZeroDivisionError):
+                row.append("-")
+        rows.append(row)
+if any(r[2] != "-" or r[3] != "-" for r in rows):
+    print("prefill tokens/s (prompt tokens / TTFT p50, one request at a time)\n")
+    print("| format | prompt tokens | llama-server | isobench serve |\n|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+PY

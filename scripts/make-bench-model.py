@@ -28,6 +28,7 @@ config.update(
     num_attention_heads=8,
     num_key_value_heads=8,
     head_dim=64,
+    max_position_embeddings=4096,
     isobench_seed=9,
 )
 (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -1,18 +1,28 @@
-//! `out = x W^T` for a row-major weight matrix `W` [n, k] stored in f32,
-//! f16 or bf16, with f32 activations `x` [rows, k] and f32 accumulation.
+//! `out = x W^T` for a weight matrix `W` [n, k] stored in f32, f16 or bf16,
+//! with f32 activations `x` [rows, k] and f32 accumulation.
 //!
-//! The output columns are split evenly over the team (each thread streams
-//! its own contiguous band of weight rows). Within a band, weights are taken
-//! `NB` rows at a time; each such tile (a few KiB, in L1) is multiplied with
-//! every activation row, `RB` rows at a time, before the next tile is read.
-//! So a decode step of up to [`ROW_CHUNK`] rows reads every weight once from
-//! memory however many sequences it holds; a longer prefill step is cut into
-//! chunks of [`ROW_CHUNK`] rows, whose activations (at most a few hundred
-//! KiB) stay in L2 while the weights stream past them.
+//! Weights are loaded row-major ([`Matrix`]) and packed once, at load, into
+//! panels of [`PANEL`] output columns ([`Packed`]): panel `p` holds, for
+//! each `i < k` in turn, the 32 weights `W[32 p + j, i]`, so a panel is one
+//! contiguous stream. A tile keeps `RB` activation rows x 32 columns of
+//! output in registers and, for each `i`, multiplies the panel's 32 weights
+//! (two AVX-512 or four AVX2 vectors, widened to f32 as they are loaded)
+//! with each row's `x[r, i]` broadcast: no horizontal sums, and each weight
+//! loaded once serves `RB` rows.
+//!
+//! The panels are split evenly over the team. Each thread takes its panels
+//! one by one and runs every row of a chunk of [`ROW_CHUNK`] rows through a
+//! panel (in L2 after its first row block) before the next: a decode step of
+//! up to [`ROW_CHUNK`] sequences reads every weight once from memory; a
+//! longer prefill is cut into chunks whose activations (at most a few
+//! hundred KiB) stay in L2 while the panels stream past them.
 
 use half::{bf16, f16};
 
 use super::{Isa, team};
+
+/// Output columns per packed panel.
+pub(crate) const PANEL: usize = 32;
 
 /// Which element type a [`Matrix`] holds, as a const generic of the tiles.
 pub(crate) type WeightKind = u8;
@@ -20,7 +30,7 @@ pub(crate) const F32: WeightKind = 0;
 pub(crate) const F16: WeightKind = 1;
 pub(crate) const BF16: WeightKind = 2;
 
-/// Activation rows multiplied with each weight tile before the next one.
+/// Activation rows run through a panel before the next panel.
 pub(crate) const ROW_CHUNK: usize = 64;
 
 pub(crate) const fn weight_size(kind: WeightKind) -> usize {
@@ -51,7 +61,8 @@ pub(crate) enum Elements {
     BF16(Vec<bf16>),
 }
 
-/// A row-major weight matrix [n, k]: row `j` is output feature `j`.
+/// A row-major weight matrix [n, k] (row `j` is output feature `j`): how
+/// weights are loaded, stacked and looked up (embeddings).
 #[derive(Debug, Clone)]
 pub(crate) struct Matrix {
     pub n: usize,
@@ -60,14 +71,6 @@ pub(crate) struct Matrix {
 }
 
 impl Matrix {
-    fn kind_and_bytes(&self) -> (WeightKind, *const u8) {
-        match &self.elements {
-            Elements::F32(v) => (F32, v.as_ptr().cast()),
-            Elements::F16(v) => (F16, v.as_ptr().cast()),
-            Elements::BF16(v) => (BF16, v.as_ptr().cast()),
-        }
-    }
-
     /// Stacks matrices with the same `k` and element type row-wise (fused
     /// projections: q, k and v; gate and up). `None` if they differ.
     pub(crate) fn stack(parts: &[Matrix]) -> Option<Matrix> {
@@ -97,6 +100,49 @@ impl Matrix {
     }
 }
 
+/// A matrix packed into panels for [`matmul`] (see the module docs); the
+/// last panel is padded with zero weights.
+#[derive(Debug, Clone)]
+pub(crate) struct Packed {
+    pub n: usize,
+    pub k: usize,
+    elements: Elements,
+}
+
+impl Packed {
+    pub(crate) fn new(m: &Matrix) -> Self {
+        fn pack<T: Copy + Default>(v: &[T], n: usize, k: usize) -> Vec<T> {
+            let panels = n.div_ceil(PANEL);
+            let mut out = vec![T::default(); panels * PANEL * k];
+            for (j, row) in v.chunks_exact(k).enumerate() {
+                let base = (j / PANEL) * PANEL * k + j % PANEL;
+                for (i, &value) in row.iter().enumerate() {
+                    out[base + i * PANEL] = value;
+                }
+            }
+            out
+        }
+        let elements = match &m.elements {
+            Elements::F32(v) => Elements::F32(pack(v, m.n, m.k)),
+            Elements::F16(v) => Elements::F16(pack(v, m.n, m.k)),
+            Elements::BF16(v) => Elements::BF16(pack(v, m.n, m.k)),
+        };
+        Self {
+            n: m.n,
+            k: m.k,
+            elements,
+        }
+    }
+
+    fn kind_and_bytes(&self) -> (WeightKind, *const u8) {
+        match &self.elements {
+            Elements::F32(v) => (F32, v.as_ptr().cast()),
+            Elements::F16(v) => (F16, v.as_ptr().cast()),
+            Elements::BF16(v) => (BF16, v.as_ptr().cast()),
+        }
+    }
+}
+
 /// A raw output pointer shared by the team: each thread writes its own
 /// columns only.
 #[derive(Clone, Copy)]
@@ -113,7 +159,7 @@ impl OutPtr {
 
 /// `out[t * stride + j] = sum_i x[t * k + i] * w[j, i]` for `t < rows`
 /// and `j < n`, on the whole team.
-pub(crate) fn matmul(isa: Isa, x: &[f32], rows: usize, w: &Matrix, out: &mut [f32], stride: usize) {
+pub(crate) fn matmul(isa: Isa, x: &[f32], rows: usize, w: &Packed, out: &mut [f32], stride: usize) {
     if rows == 0 {
         return;
     }
@@ -122,177 +168,107 @@ pub(crate) fn matmul(isa: Isa, x: &[f32], rows: usize, w: &Matrix, out: &mut [f3
         "matmul shapes"
     );
     let out_ptr = OutPtr(out.as_mut_ptr());
-    team::split(w.n, 8, |columns| {
+    team::split(w.n.div_ceil(PANEL), 1, |panels| {
         // SAFETY: the bounds were checked above; `split` hands each thread
-        // a disjoint column range, so no element is written twice.
-        unsafe { matmul_columns(isa, x, rows, w, columns, out_ptr.get(), stride) }
+        // a disjoint range of panels, so no element is written twice.
+        unsafe { matmul_panels(isa, x, rows, w, panels, out_ptr.get(), stride) }
     });
-}
-
-/// One thread's part of [`matmul`]: output columns `columns` of every row.
-///
-/// # Safety
-/// `x` holds `rows * w.k` floats, `out` points at `rows` rows of `stride`
-/// floats (at least `w.n` each), and no other thread writes the same
-/// columns.
-pub(crate) unsafe fn matmul_columns(
-    isa: Isa,
-    x: &[f32],
-    rows: usize,
-    w: &Matrix,
-    columns: std::ops::Range<usize>,
-    out: *mut f32,
-    stride: usize,
-) {
-    let (kind, bytes) = w.kind_and_bytes();
-    let out = Out { ptr: out, stride };
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        match kind {
-            F32 => columns_of::<F32>(isa, x, rows, w, bytes, columns, out),
-            F16 => columns_of::<F16>(isa, x, rows, w, bytes, columns, out),
-            _ => columns_of::<BF16>(isa, x, rows, w, bytes, columns, out),
-        }
-    }
 }
 
 /// Where a product goes: row `t` starts at `ptr + t * stride`.
 #[derive(Clone, Copy)]
-struct Out {
-    ptr: *mut f32,
-    stride: usize,
+pub(crate) struct Out {
+    pub ptr: *mut f32,
+    pub stride: usize,
 }
 
-/// The tile function of one ISA: see [`super::x86`]'s module docs.
-type Tile = unsafe fn(*const f32, usize, *const u8, usize, usize, *mut f32, usize);
+/// A tile: `rows` activation rows (row stride `x_stride`) through one
+/// panel of `k` steps, writing the first `columns` (<= 32) columns.
+pub(crate) type Tile = unsafe fn(*const f32, usize, *const u8, usize, Out, usize);
 
-/// The tiles of one ISA and weight kind (see [`super::x86`]).
-struct Tiles {
-    /// One activation row: the tile's width and function.
-    single: (usize, Tile),
-    /// Indexed by rows - 1 (up to the ISA's most rows per tile): tiles
-    /// [`MULTI_WIDTH`] weight rows wide.
-    multi: &'static [Tile],
-    /// Indexed by rows - 1: one weight row wide, for the last columns.
-    narrow: &'static [Tile],
-}
-
-/// Weight rows per tile when the step has several activation rows.
-const MULTI_WIDTH: usize = 4;
-
-macro_rules! tiles {
-    ($tile:ident, $wk:ident, [$($rb:literal),*]) => {
-        Tiles {
-            single: (8, super::x86::$tile::<1, 8, $wk> as Tile),
-            multi: &[$(super::x86::$tile::<$rb, MULTI_WIDTH, $wk> as Tile),*],
-            narrow: &[$(super::x86::$tile::<$rb, 1, $wk> as Tile),*],
-        }
-    };
-}
-
-#[cfg(target_arch = "x86_64")]
-fn tiles<const WK: WeightKind>(isa: Isa) -> Option<Tiles> {
-    match (isa, WK) {
-        (Isa::Avx512, F32) => Some(tiles!(tile_avx512, F32, [1, 2, 3, 4])),
-        (Isa::Avx512, F16) => Some(tiles!(tile_avx512, F16, [1, 2, 3, 4])),
-        (Isa::Avx512, _) => Some(tiles!(tile_avx512, BF16, [1, 2, 3, 4])),
-        (Isa::Avx2, F32) => Some(tiles!(tile_avx2, F32, [1, 2])),
-        (Isa::Avx2, F16) => Some(tiles!(tile_avx2, F16, [1, 2])),
-        (Isa::Avx2, _) => Some(tiles!(tile_avx2, BF16, [1, 2])),
-        (Isa::Portable, _) => None,
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn tiles<const WK: WeightKind>(_isa: Isa) -> Option<Tiles> {
-    None
-}
-
+/// One thread's part of [`matmul`]: the output columns of `panels`.
+///
 /// # Safety
-/// As [`matmul_columns`]; `bytes` is `w`'s element storage.
-unsafe fn columns_of<const WK: WeightKind>(
+/// `x` holds `rows * w.k` floats, `out` points at `rows` rows of `stride`
+/// floats (at least `w.n` each), and no other thread writes these panels'
+/// columns.
+unsafe fn matmul_panels(
     isa: Isa,
     x: &[f32],
     rows: usize,
-    w: &Matrix,
-    bytes: *const u8,
-    columns: std::ops::Range<usize>,
-    out: Out,
+    w: &Packed,
+    panels: std::ops::Range<usize>,
+    out: *mut f32,
+    stride: usize,
 ) {
-    let k = w.k;
-    let size = weight_size(WK);
-    let Some(tiles) = tiles::<WK>(isa) else {
-        // SAFETY: forwarded.
-        unsafe { portable_columns::<WK>(x, rows, k, bytes, columns, out) };
-        return;
+    let (kind, bytes) = w.kind_and_bytes();
+    let tiles: &[Tile] = match (isa, kind) {
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, F32) => &super::x86::AVX512_F32,
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, F16) => &super::x86::AVX512_F16,
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, _) => &super::x86::AVX512_BF16,
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, F32) => &super::x86::AVX2_F32,
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, F16) => &super::x86::AVX2_F16,
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, _) => &super::x86::AVX2_BF16,
+        (_, F32) => &[portable_tile::<F32> as Tile],
+        (_, F16) => &[portable_tile::<F16> as Tile],
+        (_, _) => &[portable_tile::<BF16> as Tile],
     };
-    let max_rows = tiles.multi.len();
+    let (k, size) = (w.k, weight_size(kind));
     for chunk in (0..rows).step_by(ROW_CHUNK) {
         let chunk_end = rows.min(chunk + ROW_CHUNK);
-        let width = if chunk_end - chunk == 1 {
-            tiles.single.0
-        } else {
-            MULTI_WIDTH
-        };
-        let mut j = columns.start;
-        while j < columns.end {
-            let wide = j + width <= columns.end;
+        for panel in panels.clone() {
+            let columns = PANEL.min(w.n - panel * PANEL);
+            // SAFETY: panel `panel` holds PANEL * k elements.
+            let weights = unsafe { bytes.add(panel * PANEL * k * size) };
             let mut t = chunk;
             while t < chunk_end {
-                let rb = max_rows.min(chunk_end - t);
-                let tile = match (wide, rb == chunk_end - chunk && rb == 1) {
-                    (false, _) => tiles.narrow[rb - 1],
-                    (true, true) => tiles.single.1,
-                    (true, false) => tiles.multi[rb - 1],
+                let rb = tiles.len().min(chunk_end - t);
+                let target = Out {
+                    // SAFETY: row t, column panel * PANEL are in bounds.
+                    ptr: unsafe { out.add(t * stride + panel * PANEL) },
+                    stride,
                 };
-                // SAFETY: rows t..t + rb and the tile's columns from j are
-                // in bounds (see the caller's contract).
-                unsafe {
-                    tile(
-                        x.as_ptr().add(t * k),
-                        k,
-                        bytes.add(j * k * size),
-                        k,
-                        k,
-                        out.ptr.add(t * out.stride + j),
-                        out.stride,
-                    );
-                }
+                // SAFETY: rows t..t + rb of x and of the output are in
+                // bounds; the tile writes `columns` columns of each.
+                unsafe { tiles[rb - 1](x.as_ptr().add(t * k), k, weights, k, target, columns) };
                 t += rb;
             }
-            j += if wide { width } else { 1 };
         }
     }
 }
 
-/// The same product in plain Rust (eight independent lanes, which the
-/// compiler vectorises for the build's baseline: SSE2 on x86-64, NEON on
-/// aarch64).
+/// One activation row through one panel in plain Rust (the compiler
+/// vectorises the 32 columns for the build's baseline: SSE2 on x86-64,
+/// NEON on aarch64).
 ///
 /// # Safety
-/// As [`columns_of`].
-unsafe fn portable_columns<const WK: WeightKind>(
-    x: &[f32],
-    rows: usize,
+/// As [`Tile`]: `x` holds `k` floats, `panel` `PANEL * k` weights of kind
+/// `WK`, and `out.ptr` has `columns` writable floats.
+unsafe fn portable_tile<const WK: WeightKind>(
+    x: *const f32,
+    _x_stride: usize,
+    panel: *const u8,
     k: usize,
-    bytes: *const u8,
-    columns: std::ops::Range<usize>,
     out: Out,
+    columns: usize,
 ) {
-    let size = weight_size(WK);
-    let mut row = vec![0f32; k];
-    for j in columns {
-        // SAFETY: row j of the weights holds k elements.
-        unsafe {
-            let w = bytes.add(j * k * size);
-            for (i, value) in row.iter_mut().enumerate() {
-                *value = weight_at::<WK>(w, i);
-            }
+    let mut acc = [0f32; PANEL];
+    for i in 0..k {
+        // SAFETY: the caller's guarantee.
+        let xi = unsafe { *x.add(i) };
+        for (j, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: element i * PANEL + j of the panel exists.
+            *acc += xi * unsafe { weight_at::<WK>(panel, i * PANEL + j) };
         }
-        for t in 0..rows {
-            let dot = super::ops::dot(&x[t * k..(t + 1) * k], &row);
-            // SAFETY: element (t, j) is in bounds and this thread's.
-            unsafe { *out.ptr.add(t * out.stride + j) = dot };
-        }
+    }
+    for (j, &value) in acc[..columns].iter().enumerate() {
+        // SAFETY: the caller's guarantee.
+        unsafe { *out.ptr.add(j) = value };
     }
 }

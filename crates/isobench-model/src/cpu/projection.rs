@@ -9,7 +9,7 @@ use candle_core::quantized::QMatMul;
 use candle_core::{Device, Module, Storage, Tensor};
 
 use super::Isa;
-use super::matmul::{Matrix, matmul};
+use super::matmul::{Matrix, Packed, matmul};
 
 /// One weight matrix [n, k].
 pub(crate) enum Weight {
@@ -38,9 +38,15 @@ impl Weight {
     }
 }
 
+/// A part of a projection as the kernels read it.
+enum Part {
+    Packed(Packed),
+    Quantized { matmul: QMatMul, n: usize },
+}
+
 pub(crate) struct Projection {
     /// Output column bands, in order.
-    parts: Vec<Weight>,
+    parts: Vec<Part>,
     n: usize,
     k: usize,
     bias: Option<Vec<f32>>,
@@ -65,8 +71,14 @@ impl Projection {
             .then(|| Matrix::stack(&dense))
             .flatten()
         {
-            Some(stacked) => vec![Weight::Dense(stacked)],
-            None => parts,
+            Some(stacked) => vec![Part::Packed(Packed::new(&stacked))],
+            None => parts
+                .into_iter()
+                .map(|p| match p {
+                    Weight::Dense(m) => Part::Packed(Packed::new(&m)),
+                    Weight::Quantized { matmul, n, .. } => Part::Quantized { matmul, n },
+                })
+                .collect(),
         };
         Self { parts, n, k, bias }
     }
@@ -87,18 +99,16 @@ impl Projection {
         let mut column = 0;
         for part in &self.parts {
             match part {
-                Weight::Dense(m) => matmul(isa, x, rows, m, &mut out[column..], self.n),
-                Weight::Quantized { matmul, n, .. } => quantized(
-                    matmul,
-                    &x[..rows * self.k],
-                    (rows, self.k),
-                    *n,
-                    out,
-                    column,
-                    self.n,
-                )?,
+                Part::Packed(m) => {
+                    matmul(isa, x, rows, m, &mut out[column..], self.n);
+                    column += m.n;
+                }
+                Part::Quantized { matmul, n } => {
+                    let shape = (rows, self.k);
+                    quantized(matmul, &x[..rows * self.k], shape, *n, out, column, self.n)?;
+                    column += n;
+                }
             }
-            column += part.n();
         }
         if let Some(bias) = &self.bias {
             super::ops::add_bias(&mut out[..rows * self.n], bias);

@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use super::matmul::{Matrix, ROW_CHUNK, matmul};
+use super::matmul::{Matrix, Packed, ROW_CHUNK, matmul};
 use super::ops::random_values;
 use super::{Isa, Projection, Weight};
 
@@ -40,7 +40,7 @@ fn reference(x: &[f32], rows: usize, w: &Tensor) -> Vec<f32> {
 
 #[test]
 fn matmul_matches_candle_on_odd_shapes_for_every_isa_and_weight_type() {
-    let rows_cases = [1, 2, 3, 4, 5, 7, 8, 13, 16, 17, ROW_CHUNK + 3];
+    let rows_cases = [1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 25, ROW_CHUNK + 3];
     let nk_cases = [
         (1, 1),
         (7, 5),
@@ -57,7 +57,7 @@ fn matmul_matches_candle_on_odd_shapes_for_every_isa_and_weight_type() {
                 for &(n, k) in &nk_cases {
                     let w = weight_tensor(n, k, dtype, seed as u32 * 31 + n as u32);
                     let x = random_values(rows * k, 7 + seed as u32);
-                    let matrix = Matrix::from_tensor(&w).unwrap();
+                    let matrix = Packed::new(&Matrix::from_tensor(&w).unwrap());
                     let mut out = vec![f32::NAN; rows * n];
                     matmul(isa, &x, rows, &matrix, &mut out, n);
                     let error = relative_error(&out, &reference(&x, rows, &w));
@@ -85,7 +85,7 @@ fn matmul_writes_only_its_band_of_a_wider_output() {
             isa,
             &x,
             rows,
-            &Matrix::from_tensor(&w).unwrap(),
+            &Packed::new(&Matrix::from_tensor(&w).unwrap()),
             &mut out[column..],
             stride,
         );
