@@ -31,9 +31,15 @@
 //! batch-size bucket ([`ModelOptions`]), and [`CausalLm::last_step`] says
 //! whether they did and how long the step took on the device.
 //!
+//! A GGUF file (llama.cpp's format) opens like a folder
+//! (`ModelFolder::open("model.gguf")`), and [`export_gguf`] writes a folder
+//! as one.
+//!
 //! Inside: `config` parses config.json, `folder` finds the files,
 //! `weights` and `seeded` provide tensors (memory-mapped safetensors or
-//! deterministic random ones), `llama` is the network, `rope` its rotary
+//! deterministic random ones), `gguf` reads and writes GGUF files, `llama`
+//! is the network, `cpu` runs it on the CPU with this crate's own kernels
+//! (SIMD projections, one thread pool, reused buffers), `rope` its rotary
 //! embeddings, `paged_attention` its CPU and CUDA kernels, `cache` the KV
 //! storage, `step` turns a [`StepBatch`] into tensors, `graph` captures and
 //! replays decode steps (CUDA builds), `timer` times steps with CUDA

@@ -11,7 +11,10 @@
 //! A step runs all its new tokens, of every sequence, through each layer
 //! together: one matmul per projection over `[T, hidden]`, then paged
 //! attention per token. Only the last new token of each sequence goes
-//! through the final norm and the LM head.
+//! through the final norm and the LM head. The same network is built in
+//! two forms: candle's ops (`Network`: the GPU, and the CPU's plain path)
+//! and the CPU step of [`crate::cpu`] (`CpuNetwork`, q/k/v and gate/up
+//! fused), from the same checkpoint names.
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm};
