@@ -52,7 +52,8 @@ fi
 [ "${BUILD_ONLY:-0}" = 1 ] && { echo "built $server_bin"; exit 0; }
 
 # --- isobench, the model and its GGUF files -------------------------------
-cargo build --release -p isobench --example to_gguf -p isobench-model >"$OUT/cargo.log" 2>&1
+{ cargo build --release -p isobench && cargo build --release -p isobench-model --example to_gguf; } \
+  >"$OUT/cargo.log" 2>&1 || { echo "cargo build failed; see $OUT/cargo.log" >&2; exit 1; }
 bin=$root/target/release/isobench
 model=$OUT/model
 python3 scripts/make-bench-model.py "$model" >/dev/null

@@ -352,7 +352,7 @@ fn cpu_parts(
     } else {
         None
     };
-    Ok(Projection::new(weights, bias))
+    Ok(Projection::new(weights, bias)?)
 }
 
 /// The network for the CPU step (see [`crate::cpu`]): the same weights,
@@ -391,7 +391,7 @@ fn cpu_network(cfg: &ModelConfig, w: &Weights<'_>) -> std::result::Result<CpuNet
     let embeddings = Matrix::from_tensor(&table)?;
     let lm_head = if cfg.tie_word_embeddings {
         // The table as stored (quantized in a GGUF file), read as a matrix.
-        Projection::new(vec![embed.matrix((cfg.vocab_size, h), "weight")?], None)
+        Projection::new(vec![embed.matrix((cfg.vocab_size, h), "weight")?], None)?
     } else {
         cpu_parts(w, &[("lm_head", cfg.vocab_size)], h, false)?
     };

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use candle_core::quantized::{GgmlDType, QMatMul};
+use candle_core::quantized::GgmlDType;
 use candle_core::safetensors::{Load, MmapedSafetensors};
 use candle_core::{DType, Device, Shape, Tensor};
 use half::{bf16, f16};
@@ -163,11 +163,7 @@ impl<'a> Weights<'a> {
         };
         let tensor = file.tensor(&self.full_name(name), &(n, k).into())?;
         if !is_dense(tensor.dtype()) {
-            return Ok(Weight::Quantized {
-                matmul: QMatMul::from_qtensor(tensor)?,
-                n,
-                k,
-            });
+            return Ok(Weight::Quantized(tensor));
         }
         let dense = match tensor.dtype() {
             GgmlDType::F16 => tensor.dequantize_f16(&Device::Cpu)?,

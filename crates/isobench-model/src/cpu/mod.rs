@@ -11,13 +11,15 @@
 //!   reading each weight once per step for up to 64 rows, with AVX-512 or
 //!   AVX2 + FMA tiles chosen at run time (`x86`), or portable code the
 //!   compiler vectorises for the build's baseline (NEON on aarch64);
-//! - `projection` fuses q/k/v and gate/up into one pass each and runs a
-//!   GGUF file's quantized weights through candle's quantized kernels;
+//! - `projection` fuses q/k/v and gate/up into one pass each;
+//!   `quantized` runs a GGUF file's quantized weights with candle's block
+//!   types and dot products, on the same team;
 //! - `ops` holds the per-token RMSNorm, rotary embedding, SwiGLU and
 //!   residual adds, on the calling thread;
-//! - `team` is the thread pool: candle's persistent barrier pool, whose
-//!   workers spin between the step's parallel sections (four projections
-//!   and one attention per layer) instead of being woken for each;
+//! - `team` is the thread pool: one persistent team whose workers spin
+//!   between the step's parallel sections (four projections and one
+//!   attention per layer) instead of being woken for each, and take work
+//!   from a shared cursor, so a descheduled worker delays nobody;
 //! - `network` runs the layers over a `Workspace` of buffers that grow to
 //!   the largest step seen and are reused, so a step allocates only its
 //!   logits and a few small vectors of step metadata.
@@ -31,6 +33,7 @@ mod matmul;
 mod network;
 mod ops;
 mod projection;
+mod quantized;
 mod team;
 #[cfg(target_arch = "x86_64")]
 mod x86;

@@ -254,7 +254,7 @@ fn attend(
     let next = AtomicUsize::new(0);
     let failure = Mutex::new(None);
     let out = RowsPtr(attended.as_mut_ptr());
-    team::run(|part| {
+    team::per_part(|part| {
         let mut scratch = scratch[part].lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let token = next.fetch_add(1, Ordering::Relaxed);

@@ -120,7 +120,7 @@ fn fused_projection_with_bias_matches_separate_candle_products() {
             .collect();
         let total: usize = sizes.iter().sum();
         let bias = random_values(total, 9);
-        let projection = Projection::new(parts, Some(bias.clone()));
+        let projection = Projection::new(parts, Some(bias.clone())).unwrap();
         assert_eq!(projection.n(), total);
         let x = random_values(rows * k, 10);
         let mut out = vec![0f32; rows * total];
@@ -138,5 +138,71 @@ fn fused_projection_with_bias_matches_separate_candle_products() {
         }
         let error = relative_error(&out, &expected);
         assert!(error < 1e-5, "{dtype:?}: {error:e}");
+    }
+}
+
+/// Not a test: GFLOP/s of the projection kernel per row count, best of 20
+/// (`cargo test --release -p isobench-model --lib -- --ignored --nocapture kernel_speed`).
+#[test]
+#[ignore]
+fn kernel_speed() {
+    let isa = Isa::detect();
+    for (n, k) in [(1536, 512), (512, 1408), (2816, 512)] {
+        let w = Packed::new(&Matrix::from_tensor(&weight_tensor(n, k, DType::F32, 1)).unwrap());
+        for rows in [1, 8, 12, 32, 64, 128] {
+            let x = random_values(rows * k, 2);
+            let mut out = vec![0f32; rows * n];
+            let mut best = f64::MAX;
+            for _ in 0..20 {
+                let start = std::time::Instant::now();
+                matmul(isa, &x, rows, &w, &mut out, n);
+                best = best.min(start.elapsed().as_secs_f64());
+            }
+            let flops = 2.0 * (rows * n * k) as f64;
+            let bytes = (n * k * 4) as f64;
+            println!(
+                "{} n {n} k {k} rows {rows}: {:.1} us, {:.1} GFLOP/s, {:.1} GB/s of weights",
+                isa.name(),
+                best * 1e6,
+                flops / best / 1e9,
+                bytes / best / 1e9
+            );
+        }
+    }
+}
+
+#[test]
+fn quantized_matmul_matches_candles_qmatmul_on_odd_shapes() {
+    use candle_core::Module;
+    use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+
+    use super::quantized::QuantMatrix;
+    let cases = [
+        (GgmlDType::Q8_0, 7, 96),
+        (GgmlDType::Q4_0, 5, 64),
+        (GgmlDType::Q4K, 9, 256),
+        (GgmlDType::Q6K, 6, 512),
+        (GgmlDType::Q5K, 13, 256),
+    ];
+    for (seed, &(dtype, n, k)) in cases.iter().enumerate() {
+        let w = weight_tensor(n, k, DType::F32, 70 + seed as u32);
+        let q = QTensor::quantize(&w, dtype).unwrap();
+        let ours = QuantMatrix::new(&q).unwrap();
+        let theirs = QMatMul::from_qtensor(q).unwrap();
+        for rows in [1, 3, 13] {
+            let x = random_values(rows * k, 80 + rows as u32);
+            let mut out = vec![f32::NAN; rows * n];
+            ours.apply(&x, rows, &mut out, n);
+            let xs = Tensor::from_slice(&x, (rows, k), &Device::Cpu).unwrap();
+            let expected: Vec<f32> = theirs
+                .forward(&xs)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            let error = relative_error(&out, &expected);
+            assert!(error < 1e-4, "{dtype:?} rows {rows} n {n} k {k}: {error:e}");
+        }
     }
 }
