@@ -216,7 +216,7 @@ fn worker(s: &'static Shared, index: usize) {
             }
             seen = generation;
             spins += 1;
-            if spins % 64 != 0 || idle.elapsed() < SPIN {
+            if !spins.is_multiple_of(64) || idle.elapsed() < SPIN {
                 std::hint::spin_loop();
                 continue;
             }
