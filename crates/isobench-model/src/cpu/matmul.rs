@@ -146,13 +146,13 @@ impl Packed {
 /// A raw output pointer shared by the team: each thread writes its own
 /// columns only.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(crate) struct OutPtr(pub *mut f32);
 // SAFETY: threads write disjoint elements (see `matmul`).
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
-    fn get(&self) -> *mut f32 {
+    pub(crate) fn get(&self) -> *mut f32 {
         self.0
     }
 }
@@ -219,13 +219,52 @@ unsafe fn matmul_panels(
         (_, F16) => &[portable_tile::<F16> as Tile],
         (_, _) => &[portable_tile::<BF16> as Tile],
     };
-    let (k, size) = (w.k, weight_size(kind));
+    let panel_bytes = PANEL * w.k * weight_size(kind);
+    let layout = Panels {
+        bytes,
+        panel_bytes,
+        n: w.n,
+        k: w.k,
+    };
+    // SAFETY: forwarded from the caller; `layout` describes `w`.
+    unsafe { run_panels(tiles, &layout, x, rows, panels, out, stride) }
+}
+
+/// Where a matrix's panels are: `n` columns, panel `p` at `bytes + p *
+/// panel_bytes`, `k` steps each.
+pub(crate) struct Panels {
+    pub bytes: *const u8,
+    pub panel_bytes: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+// SAFETY: the panels are read only, by every thread of a section, while
+// the matrix they point into is borrowed by the section's caller.
+unsafe impl Sync for Panels {}
+
+/// Runs `tiles` (indexed by rows - 1) over `panels` for every row, row
+/// chunks outermost (see the module docs).
+///
+/// # Safety
+/// `layout` describes a live matrix the tiles read; `x`, `out` and
+/// `stride` as in [`matmul_panels`].
+pub(crate) unsafe fn run_panels(
+    tiles: &[Tile],
+    layout: &Panels,
+    x: &[f32],
+    rows: usize,
+    panels: std::ops::Range<usize>,
+    out: *mut f32,
+    stride: usize,
+) {
+    let k = layout.k;
     for chunk in (0..rows).step_by(ROW_CHUNK) {
         let chunk_end = rows.min(chunk + ROW_CHUNK);
         for panel in panels.clone() {
-            let columns = PANEL.min(w.n - panel * PANEL);
-            // SAFETY: panel `panel` holds PANEL * k elements.
-            let weights = unsafe { bytes.add(panel * PANEL * k * size) };
+            let columns = PANEL.min(layout.n - panel * PANEL);
+            // SAFETY: the panel lies within the matrix.
+            let weights = unsafe { layout.bytes.add(panel * layout.panel_bytes) };
             let mut t = chunk;
             while t < chunk_end {
                 let rb = tiles.len().min(chunk_end - t);

@@ -8,6 +8,13 @@
 //! weight row with it, four weight rows at a time sharing the activation's
 //! loads (`vec_dot_4`). Output columns are split over the team like the
 //! dense projections', so a quantized model runs on one pool of threads.
+//!
+//! Q8_0 on an AVX-512 CPU takes a faster path instead: its blocks are
+//! repacked at load into the dense kernels' 32-column panels ([`Q8Panels`]:
+//! per 32-value block, 32 f32 scales and 32 x 32 int8 weights), and the
+//! tiles widen the int8 weights to f32 as they load them, multiply with the
+//! f32 activations, and scale each block's sums once: activations are not
+//! quantized, and each weight byte is read once per step for every row.
 
 use candle_core::quantized::k_quants::{
     BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
@@ -16,7 +23,8 @@ use candle_core::quantized::k_quants::{
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Result, bail};
 
-use super::team;
+use super::matmul::{OutPtr, PANEL, Panels, run_panels};
+use super::{Isa, team};
 
 /// A quantized matrix [n, k] whose rows are `k / block` blocks.
 pub(crate) struct QuantMatrix {
@@ -44,6 +52,12 @@ struct Typed<T: GgmlType> {
 impl QuantMatrix {
     /// The blocks of a 2-D quantized tensor.
     pub(crate) fn new(tensor: &QTensor) -> Result<Self> {
+        Self::with_panels(tensor, true)
+    }
+
+    /// As [`QuantMatrix::new`]; `panels` false keeps Q8_0 on the dot
+    /// products too (the tests compare both).
+    pub(crate) fn with_panels(tensor: &QTensor, panels: bool) -> Result<Self> {
         let (n, k) = tensor.shape().dims2()?;
         let data = tensor.data()?;
         macro_rules! typed {
@@ -52,6 +66,10 @@ impl QuantMatrix {
             };
         }
         let rows = match tensor.dtype() {
+            #[cfg(target_arch = "x86_64")]
+            GgmlDType::Q8_0 if panels && Isa::detect() == Isa::Avx512 => {
+                Box::new(Q8Panels::new(n, k, &data)?) as Box<dyn QuantRows>
+            }
             GgmlDType::Q4_0 => typed!(BlockQ4_0),
             GgmlDType::Q4_1 => typed!(BlockQ4_1),
             GgmlDType::Q5_0 => typed!(BlockQ5_0),
@@ -108,20 +126,6 @@ impl<T: GgmlType> Typed<T> {
     }
 }
 
-/// The output pointer shared by the team (disjoint columns per thread).
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: threads write disjoint columns.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    fn at(&self, index: usize) -> *mut f32 {
-        // SAFETY: the caller checked the bounds (see `QuantMatrix::apply`).
-        unsafe { self.0.add(index) }
-    }
-}
-
 impl<T: GgmlType> QuantRows for Typed<T> {
     fn apply(&self, x: &[f32], rows: usize, out: &mut [f32], stride: usize) {
         let (n, k) = (self.n, self.k);
@@ -142,17 +146,90 @@ impl<T: GgmlType> QuantRows for Typed<T> {
                             T::vec_dot_4(k, row(j), row(j + 1), row(j + 2), row(j + 3), q);
                         for (offset, value) in [a, b, c, d].into_iter().enumerate() {
                             // SAFETY: (t, j + offset) is in bounds and ours.
-                            unsafe { *out.at(t * stride + j + offset) = value };
+                            unsafe { *out.get().add(t * stride + j + offset) = value };
                         }
                     }
                     j += 4;
                 } else {
                     for (t, q) in xq.chunks_exact(per_activation).enumerate() {
                         // SAFETY: as above.
-                        unsafe { *out.at(t * stride + j) = T::vec_dot(k, row(j), q) };
+                        unsafe { *out.get().add(t * stride + j) = T::vec_dot(k, row(j), q) };
                     }
                     j += 1;
                 }
+            }
+        });
+    }
+}
+
+/// Q8_0 blocks repacked into panels (see the module docs): per panel, per
+/// block of 32 `k` steps, the 32 columns' scales as f32, then for each
+/// step the 32 columns' int8 weights.
+#[cfg(target_arch = "x86_64")]
+struct Q8Panels {
+    n: usize,
+    k: usize,
+    data: Vec<u8>,
+}
+
+/// Bytes of one 32-step block of one panel: scales, then weights.
+pub(crate) const Q8_PANEL_BLOCK: usize = PANEL * 4 + PANEL * 32;
+
+#[cfg(target_arch = "x86_64")]
+impl Q8Panels {
+    /// From GGUF's Q8_0 blocks: per row, `k / 32` blocks of an f16 scale
+    /// and 32 int8 values.
+    fn new(n: usize, k: usize, data: &[u8]) -> Result<Self> {
+        const BLOCK: usize = 34;
+        let blocks = k / 32;
+        if !k.is_multiple_of(32) || data.len() != n * blocks * BLOCK {
+            bail!(
+                "Q8_0 tensor [{n}, {k}] has {} bytes, expected {}",
+                data.len(),
+                n * blocks * BLOCK
+            );
+        }
+        let panels = n.div_ceil(PANEL);
+        let mut out = vec![0u8; panels * blocks * Q8_PANEL_BLOCK];
+        for j in 0..n {
+            let (panel, column) = (j / PANEL, j % PANEL);
+            for b in 0..blocks {
+                let source = &data[(j * blocks + b) * BLOCK..(j * blocks + b + 1) * BLOCK];
+                let scale = half::f16::from_le_bytes([source[0], source[1]]).to_f32();
+                let base = (panel * blocks + b) * Q8_PANEL_BLOCK;
+                out[base + column * 4..base + column * 4 + 4].copy_from_slice(&scale.to_le_bytes());
+                for (i, &q) in source[2..].iter().enumerate() {
+                    out[base + PANEL * 4 + i * PANEL + column] = q;
+                }
+            }
+        }
+        Ok(Self { n, k, data: out })
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl QuantRows for Q8Panels {
+    fn apply(&self, x: &[f32], rows: usize, out: &mut [f32], stride: usize) {
+        let layout = Panels {
+            bytes: self.data.as_ptr(),
+            panel_bytes: self.k / 32 * Q8_PANEL_BLOCK,
+            n: self.n,
+            k: self.k,
+        };
+        let out = OutPtr(out.as_mut_ptr());
+        team::split(self.n.div_ceil(PANEL), 1, |panels| {
+            // SAFETY: `layout` is this matrix; the caller checked the
+            // bounds; threads get disjoint panels.
+            unsafe {
+                run_panels(
+                    &super::x86::AVX512_Q8_0,
+                    &layout,
+                    x,
+                    rows,
+                    panels,
+                    out.get(),
+                    stride,
+                )
             }
         });
     }

@@ -179,6 +179,7 @@ fn quantized_matmul_matches_candles_qmatmul_on_odd_shapes() {
     use super::quantized::QuantMatrix;
     let cases = [
         (GgmlDType::Q8_0, 7, 96),
+        (GgmlDType::Q8_0, 45, 64),
         (GgmlDType::Q4_0, 5, 64),
         (GgmlDType::Q4K, 9, 256),
         (GgmlDType::Q6K, 6, 512),
@@ -187,22 +188,36 @@ fn quantized_matmul_matches_candles_qmatmul_on_odd_shapes() {
     for (seed, &(dtype, n, k)) in cases.iter().enumerate() {
         let w = weight_tensor(n, k, DType::F32, 70 + seed as u32);
         let q = QTensor::quantize(&w, dtype).unwrap();
-        let ours = QuantMatrix::new(&q).unwrap();
-        let theirs = QMatMul::from_qtensor(q).unwrap();
-        for rows in [1, 3, 13] {
-            let x = random_values(rows * k, 80 + rows as u32);
-            let mut out = vec![f32::NAN; rows * n];
-            ours.apply(&x, rows, &mut out, n);
-            let xs = Tensor::from_slice(&x, (rows, k), &Device::Cpu).unwrap();
-            let expected: Vec<f32> = theirs
-                .forward(&xs)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap();
-            let error = relative_error(&out, &expected);
-            assert!(error < 1e-4, "{dtype:?} rows {rows} n {n} k {k}: {error:e}");
+        let dequantized = q.dequantize(&Device::Cpu).unwrap();
+        let theirs = QMatMul::from_qtensor(QTensor::quantize(&w, dtype).unwrap()).unwrap();
+        for panels in [false, true] {
+            let ours = QuantMatrix::with_panels(&q, panels).unwrap();
+            // The Q8_0 panels multiply f32 activations with the weights'
+            // exact values; the dot products quantize activations as
+            // candle's QMatMul does.
+            let exact = panels && dtype == GgmlDType::Q8_0 && Isa::detect() == Isa::Avx512;
+            for rows in [1, 3, 7, 13] {
+                let x = random_values(rows * k, 80 + rows as u32);
+                let mut out = vec![f32::NAN; rows * n];
+                ours.apply(&x, rows, &mut out, n);
+                let expected = if exact {
+                    reference(&x, rows, &dequantized)
+                } else {
+                    let xs = Tensor::from_slice(&x, (rows, k), &Device::Cpu).unwrap();
+                    theirs
+                        .forward(&xs)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1()
+                        .unwrap()
+                };
+                let error = relative_error(&out, &expected);
+                assert!(
+                    error < 1e-4,
+                    "{dtype:?} panels {panels} rows {rows} n {n} k {k}: {error:e}"
+                );
+            }
         }
     }
 }

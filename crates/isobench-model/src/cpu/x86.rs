@@ -138,6 +138,62 @@ unsafe fn tile_avx2<const RB: usize, const WK: WeightKind>(
     }
 }
 
+/// A Q8_0 tile (see `super::quantized`): `panel` is `k / 32` blocks of 32
+/// f32 scales and 32 x 32 int8 weights.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma")]
+unsafe fn tile_q8_avx512<const RB: usize>(
+    x: *const f32,
+    x_stride: usize,
+    panel: *const u8,
+    k: usize,
+    out: Out,
+    columns: usize,
+) {
+    let mut total = [[_mm512_setzero_ps(); 2]; RB];
+    // SAFETY: see the module docs, with the Q8_0 panel layout.
+    unsafe {
+        for block in 0..k / 32 {
+            let base = panel.add(block * super::quantized::Q8_PANEL_BLOCK);
+            let weights = base.add(PANEL * 4);
+            let mut sums = [[_mm512_setzero_ps(); 2]; RB];
+            for i in 0..32 {
+                let q = weights.add(i * PANEL);
+                let w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q.cast())));
+                let w1 =
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q.add(16).cast())));
+                for (r, sums) in sums.iter_mut().enumerate() {
+                    let xv = _mm512_set1_ps(*x.add(r * x_stride + block * 32 + i));
+                    sums[0] = _mm512_fmadd_ps(xv, w0, sums[0]);
+                    sums[1] = _mm512_fmadd_ps(xv, w1, sums[1]);
+                }
+            }
+            let d0 = _mm512_loadu_ps(base.cast::<f32>());
+            let d1 = _mm512_loadu_ps(base.cast::<f32>().add(16));
+            for (total, sums) in total.iter_mut().zip(&sums) {
+                total[0] = _mm512_fmadd_ps(sums[0], d0, total[0]);
+                total[1] = _mm512_fmadd_ps(sums[1], d1, total[1]);
+            }
+        }
+        let low = if columns >= 16 {
+            u16::MAX
+        } else {
+            ((1u32 << columns) - 1) as u16
+        };
+        let high = if columns >= PANEL {
+            u16::MAX
+        } else if columns <= 16 {
+            0
+        } else {
+            ((1u32 << (columns - 16)) - 1) as u16
+        };
+        for (r, total) in total.iter().enumerate() {
+            let row = out.ptr.add(r * out.stride);
+            _mm512_mask_storeu_ps(row, low, total[0]);
+            _mm512_mask_storeu_ps(row.add(16), high, total[1]);
+        }
+    }
+}
+
 macro_rules! tiles {
     ($tile:ident, $wk:ident, [$($rb:literal),*]) => {
         [$($tile::<$rb, $wk> as Tile),*]
@@ -154,3 +210,11 @@ pub(super) static AVX512_BF16: [Tile; 12] =
 pub(super) static AVX2_F32: [Tile; 2] = tiles!(tile_avx2, F32, [1, 2]);
 pub(super) static AVX2_F16: [Tile; 2] = tiles!(tile_avx2, F16, [1, 2]);
 pub(super) static AVX2_BF16: [Tile; 2] = tiles!(tile_avx2, BF16, [1, 2]);
+pub(super) static AVX512_Q8_0: [Tile; 6] = [
+    tile_q8_avx512::<1> as Tile,
+    tile_q8_avx512::<2> as Tile,
+    tile_q8_avx512::<3> as Tile,
+    tile_q8_avx512::<4> as Tile,
+    tile_q8_avx512::<5> as Tile,
+    tile_q8_avx512::<6> as Tile,
+];
