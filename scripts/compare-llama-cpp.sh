@@ -134,12 +134,12 @@ for round in $(seq 1 "$ROUNDS"); do
           -o "$OUT/$tag.json" >/dev/null || true
         taskset -c "$CORES" python3 scripts/sse_client.py --url "http://127.0.0.1:$PORT" --model "$name" \
           --concurrency "$c" --requests "$requests" --max-tokens 64 >"$OUT/$tag.sse.json" || true
-        echo "round $round $engine $format c$c: $(python3 -c '
+        python3 - "$OUT/$tag.json" "$OUT/$tag.sse.json" "round $round $engine $format c$c" <<'PY' || echo "round $round $engine $format c$c: a client failed"
 import json, sys
-r = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))
-print(f"isobench run {r[\"output_throughput\"]:.0f} tok/s, TPOT p50 {r[\"median_tpot_ms\"]:.1f} ms; "
-      f"sse_client {s[\"output_tokens_per_s\"]:.0f} tok/s, TPOT p50 {s[\"tpot_p50_ms\"]:.1f} ms")' \
-          "$OUT/$tag.json" "$OUT/$tag.sse.json" 2>/dev/null || echo failed)"
+r, s = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+print(f"{sys.argv[3]}: isobench run {r['output_throughput']:.0f} tok/s, TPOT p50 {r['median_tpot_ms']:.1f} ms; "
+      f"sse_client {s['output_tokens_per_s']:.0f} tok/s, TPOT p50 {s['tpot_p50_ms']:.1f} ms")
+PY
       done
       stop_server
     done

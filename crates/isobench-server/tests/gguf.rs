@@ -38,10 +38,9 @@ async fn a_truncated_gguf_file_fails_at_start_naming_it() {
     std::fs::write(&path, &bytes[..bytes.len() - 1000]).unwrap();
     let mut config = ServerConfig::new(&path);
     config.port = 0;
-    let err = isobench_server::Server::start(config)
-        .await
-        .err()
-        .expect("refused");
+    let Err(err) = isobench_server::Server::start(config).await else {
+        panic!("a truncated GGUF file must not start a server");
+    };
     let message = err.to_string();
     assert!(
         message.contains("cut.gguf") && message.contains("truncated"),
