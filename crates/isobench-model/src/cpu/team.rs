@@ -179,8 +179,15 @@ impl Team {
         // Close the section, then wait for the chunks workers took.
         s.generation.store(open + 1, Ordering::SeqCst);
         let start = Instant::now();
+        let mut spins = 0u32;
+        let mut spinning = true;
         while s.active.load(Ordering::SeqCst) != 0 {
-            if start.elapsed() < WAIT_SPIN {
+            spins += 1;
+            // The clock is read every 64 spins only.
+            if spinning && spins.is_multiple_of(64) {
+                spinning = start.elapsed() < WAIT_SPIN;
+            }
+            if spinning {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
