@@ -23,11 +23,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use isobench_metrics::Recorder;
+use isobench_metrics::{Recorder, RequestRecord, Samples};
 use isobench_workload::{LoadShape, Plan, PromptTokens};
 use tokio_util::sync::CancellationToken;
 
-use crate::progress::{LiveCounters, Progress, ProgressMode};
+use crate::progress::{LiveCounters, LiveGauge, Progress, ProgressMode};
 use crate::request_log::RequestLog;
 use crate::{Backend, Clock, LoadgenError};
 use pacer::Pacer;
@@ -50,6 +50,12 @@ pub struct RunOptions {
     /// An empty recorder each worker starts from (a clone each), e.g.
     /// [`Recorder::with_slos`] for goodput. Default: [`Recorder::new`].
     pub recorder: Recorder,
+    /// Keep every measured request's whole record in
+    /// [`RunOutcome::records`] (for a steady-state summary afterwards);
+    /// costs memory in proportion to the tokens received. Default: off.
+    pub keep_records: bool,
+    /// The server's queue, set by a scraper, shown by the progress display.
+    pub server_queue: Option<LiveGauge>,
 }
 
 impl Default for RunOptions {
@@ -61,6 +67,8 @@ impl Default for RunOptions {
             cancel: CancellationToken::new(),
             workers: None,
             recorder: Recorder::new(),
+            keep_records: false,
+            server_queue: None,
         }
     }
 }
@@ -120,6 +128,11 @@ pub struct RunOutcome {
     pub counts: RunCounts,
     /// Lines in the per-request log.
     pub logged: u64,
+    /// Every measured request's sample, in the order they finished.
+    pub samples: Samples,
+    /// Every measured request's record, with [`RunOptions::keep_records`];
+    /// empty otherwise.
+    pub records: Vec<RequestRecord>,
 }
 
 impl RunOutcome {
@@ -147,11 +160,7 @@ pub async fn run<B: Backend>(
     backend: Arc<B>,
     options: RunOptions,
 ) -> Result<RunOutcome, LoadgenError> {
-    let log = options
-        .jsonl
-        .as_deref()
-        .map(RequestLog::create)
-        .transpose()?;
+    let log = RequestLog::create(options.jsonl.as_deref(), options.keep_records)?;
     let worker_count = options
         .workers
         .unwrap_or_else(|| tokio::runtime::Handle::current().metrics().num_workers())
@@ -168,13 +177,19 @@ pub async fn run<B: Backend>(
             let sinks = Sinks {
                 live: Arc::clone(&live),
                 slots: slot_sender.clone(),
-                log: log.as_ref().map(RequestLog::sender),
+                log: log.sender(),
             };
             worker::spawn(Arc::clone(&backend), clock, options.recorder.clone(), sinks)
         })
         .unzip();
     drop(slot_sender);
-    let progress = Progress::start(options.progress, &plan.shape, Arc::clone(&live), clock);
+    let progress = Progress::start(
+        options.progress,
+        &plan.shape,
+        Arc::clone(&live),
+        options.server_queue.clone(),
+        clock,
+    );
 
     // Stops the pacer if this future is dropped before the run ends.
     let pacer_stop = options.cancel.child_token();
@@ -200,10 +215,7 @@ pub async fn run<B: Backend>(
     let outputs = finish_workers(handles, &links, stop, &options).await?;
     let elapsed = Duration::from_nanos(clock.now_ns());
     progress.finish().await;
-    let logged = match log {
-        Some(log) => log.finish()?,
-        None => 0,
-    };
+    let kept = log.finish()?;
 
     let mut recorder = options.recorder.clone();
     let mut tally = Tally::default();
@@ -234,7 +246,9 @@ pub async fn run<B: Backend>(
             cancelled: tally.cancelled,
             warmup: tally.warmup,
         },
-        logged,
+        logged: kept.logged,
+        samples: kept.samples,
+        records: kept.records,
     })
 }
 

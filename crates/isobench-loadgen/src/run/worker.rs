@@ -5,7 +5,7 @@
 //! finished request is recorded by the task that owns the recorder: no lock
 //! or channel between a response and its statistics. Per finished request
 //! it touches a few atomic counters (progress), returns a concurrency slot
-//! when the load is capped, and moves the record to the request log.
+//! when the load is capped, and moves the record to the record sink (log and samples).
 //!
 //! Cancellation is a flag the request futures check each time they are
 //! polled (an atomic load, no lock): on [`Msg::Stop`] the worker sets it and
@@ -157,7 +157,8 @@ pub(super) struct Sinks {
     pub live: Arc<LiveCounters>,
     /// Returns a concurrency slot, stamped with when it became free.
     pub slots: Option<mpsc::Sender<u64>>,
-    pub log: Option<mpsc::Sender<RequestRecord>>,
+    /// The record sink: the per-request log and the samples.
+    pub log: mpsc::Sender<RequestRecord>,
 }
 
 /// Starts one worker task on the current runtime, recording into `recorder`.
@@ -204,9 +205,7 @@ async fn work<B: Backend>(
         if let Some(slots) = &sinks.slots {
             let _ = slots.send(record.end_ns);
         }
-        if let Some(log) = &sinks.log {
-            let _ = log.send(record);
-        }
+        let _ = sinks.log.send(record);
     };
     loop {
         if (closing || !receiving) && in_flight.is_empty() {
