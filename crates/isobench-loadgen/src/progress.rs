@@ -340,6 +340,9 @@ mod tests {
         assert_eq!(queue.get(), None);
         queue.clone().set(7.0);
         let text = live_figures(&live, Some(&queue));
-        assert!(text.contains("TTFT p50 5") && text.ends_with("server queue 7"), "{text}");
+        assert!(
+            text.contains("TTFT p50 5") && text.ends_with("server queue 7"),
+            "{text}"
+        );
     }
 }

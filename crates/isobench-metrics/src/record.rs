@@ -208,7 +208,11 @@ mod tests {
         assert_eq!(ErrorKind::MalformedEvent.label(), "malformed_event");
         assert_eq!(ErrorKind::NoContent.label(), "no_content");
         assert_eq!(ErrorKind::WrongContentType.label(), "wrong_content_type");
-        for kind in [ErrorKind::HttpStatus(503), ErrorKind::Cancelled, ErrorKind::NoContent] {
+        for kind in [
+            ErrorKind::HttpStatus(503),
+            ErrorKind::Cancelled,
+            ErrorKind::NoContent,
+        ] {
             assert_eq!(ErrorKind::from_label(&kind.label()), Some(kind));
         }
         assert_eq!(ErrorKind::from_label("http_x"), None);

@@ -279,8 +279,8 @@ mod tests {
 
     #[test]
     fn columns_of_different_lengths_are_refused() {
-        let mut json = serde_json::to_value(Samples(vec![RequestSample::of(&record(0, None))]))
-            .unwrap();
+        let mut json =
+            serde_json::to_value(Samples(vec![RequestSample::of(&record(0, None))])).unwrap();
         json["sent_s"] = serde_json::json!([]);
         let err = serde_json::from_value::<Samples>(json).unwrap_err();
         assert!(err.to_string().contains("count"), "{err}");

@@ -319,15 +319,17 @@ mod tests {
             .iter()
             .map(|v| v * 0.8)
             .collect();
-        let [p50, mean] = bootstrap_differences(&base, &cand, &[Statistic::P50, Statistic::Mean])
-            [..]
+        let [p50, mean] =
+            bootstrap_differences(&base, &cand, &[Statistic::P50, Statistic::Mean])[..]
         else {
             unreachable!()
         };
         for difference in [p50.unwrap(), mean.unwrap()] {
             assert!(difference.significant(), "{difference:?}");
             assert!(difference.lower < -0.2 + 0.03 && -0.2 - 0.03 < difference.upper);
-            assert!(difference.lower <= difference.relative && difference.relative <= difference.upper);
+            assert!(
+                difference.lower <= difference.relative && difference.relative <= difference.upper
+            );
         }
         let test = mann_whitney(&base, &cand).unwrap();
         assert!(test.p_value < 1e-6, "{test:?}");

@@ -4,19 +4,28 @@
 //! first requests meet an idle server (and a ramp-up, when the workload
 //! has one) and the last ones drain alone after sending stopped. The
 //! steady window runs from the first measured send plus the larger of
-//! [`STEADY_SKIP_FRACTION`] of the sending span and the ramp-up, to the
-//! last measured send; the requests that *ended* in it are its requests
-//! (so its completions per second are what the endpoint delivered under
-//! that load, whatever their latency).
+//! [`STEADY_SKIP_FRACTION`] of the sending span and the ramp-up plus the
+//! run's median E2E latency (so that the requests ending at its start were
+//! sent after the ramp), but never more than half the span, to the last
+//! measured send; the requests that *ended* in it are its requests (so its
+//! completions per second are what the endpoint delivered under that
+//! load, whatever their latency).
 //!
-//! Saturation, judged in the window:
+//! Saturation, judged in the window; each test asks for a shortfall or a
+//! growth well beyond what the arrival process's own randomness gives:
 //! - **completions fall behind sends**: completed / sent in the window
-//!   below [`COMPLETION_RATIO_MIN`] (with at least [`MIN_WINDOW_SENDS`]
-//!   sends): the endpoint finishes fewer requests than it is given, so its
-//!   queue grows;
-//! - **queueing grows**: the median E2E from schedule of the requests
-//!   sent in the window's last third is more than [`LATENCY_GROWTH_MAX`]
-//!   times that of its first third: latency growing without bound.
+//!   below [`COMPLETION_RATIO_MIN`], *and* the shortfall more than three
+//!   standard deviations of its noise when the endpoint keeps up: the
+//!   requests that straddle each edge of the window are about as many as
+//!   are in flight (Little: the window's send rate x the mean E2E), so
+//!   the shortfall's noise is about `sqrt(2 x in flight)`. With at least
+//!   [`MIN_WINDOW_SENDS`] sends. The endpoint finishes fewer requests than
+//!   it is given: its queue grows;
+//! - **queueing grows**: the median TTFT from schedule (queueing shows
+//!   there first, whatever the answers' lengths) of the requests sent in
+//!   the window's last third is more than [`LATENCY_GROWTH_MAX`] times that
+//!   of its first third, and Mann-Whitney's test says the last third's are
+//!   higher at the 1% level: latency growing without bound.
 
 use std::time::Duration;
 
@@ -33,6 +42,10 @@ pub const COMPLETION_RATIO_MIN: f64 = 0.95;
 pub const LATENCY_GROWTH_MAX: f64 = 1.5;
 /// Sends in the window below this give no completion-ratio verdict.
 pub const MIN_WINDOW_SENDS: u64 = 20;
+/// Standard deviations of noise a completion shortfall must exceed.
+const SHORTFALL_SIGMAS: f64 = 3.0;
+/// Mann-Whitney's p-value below which the last third's latencies are higher.
+const GROWTH_P_VALUE: f64 = 0.01;
 
 /// The steady-state window, nanoseconds since the run's start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,8 +64,16 @@ impl SteadyWindow {
             return None;
         }
         let span = last - first;
+        let mut latencies: Vec<f64> = samples
+            .iter()
+            .filter_map(|s| s.value_ns(SampleMetric::E2e))
+            .map(|ns| ns as f64)
+            .collect();
+        let median = crate::Statistic::P50.of(&mut latencies).unwrap_or(0.0) as u64;
         let ramp = u64::try_from(ramp_up.as_nanos()).unwrap_or(u64::MAX);
-        let skip = ((span as f64 * STEADY_SKIP_FRACTION) as u64).max(ramp);
+        let skip = ((span as f64 * STEADY_SKIP_FRACTION) as u64)
+            .max(ramp.saturating_add(median))
+            .min(span / 2);
         let start_ns = first.saturating_add(skip);
         (start_ns < last).then_some(Self {
             start_ns,
@@ -81,36 +102,54 @@ impl SteadyWindow {
     /// Whether the endpoint kept up with the load in the window.
     pub fn saturation(&self, samples: &[RequestSample]) -> Saturation {
         let sent = samples.iter().filter(|s| self.holds(s.sent_ns)).count() as u64;
-        let completed = samples
+        let ended: Vec<&RequestSample> = samples
             .iter()
             .filter(|s| s.completed() && self.holds(s.end_ns))
-            .count() as u64;
+            .collect();
+        let completed = ended.len() as u64;
         let completion_ratio = (sent > 0).then(|| completed as f64 / sent as f64);
-        let third = (self.end_ns - self.start_ns) / 3;
-        let median_of = |from: u64, to: u64| {
-            let mut values: Vec<f64> = samples
-                .iter()
-                .filter(|s| (from..=to).contains(&s.sent_ns))
-                .filter_map(|s| s.value_ns(SampleMetric::E2eFromSchedule))
-                .map(|ns| ns as f64)
-                .collect();
-            (values.len() >= 5).then(|| crate::Statistic::P50.of(&mut values))?
-        };
-        let early = median_of(self.start_ns, self.start_ns + third);
-        let late = median_of(self.end_ns - third, self.end_ns);
-        let latency_growth = early.zip(late).filter(|(e, _)| *e > 0.0).map(|(e, l)| l / e);
+        let mean_e2e_s = ended
+            .iter()
+            .filter_map(|s| s.value_ns(SampleMetric::E2e))
+            .map(|ns| ns as f64 / 1e9)
+            .sum::<f64>()
+            / ended.len().max(1) as f64;
+        let in_flight = sent as f64 / self.duration().as_secs_f64().max(1e-9) * mean_e2e_s;
+        let noise = (2.0 * in_flight + 1.0).sqrt();
+        let shortfall = sent as f64 - completed as f64;
         let mut reasons = Vec::new();
-        if let Some(ratio) = completion_ratio.filter(|r| sent >= MIN_WINDOW_SENDS && *r < COMPLETION_RATIO_MIN)
+        if let Some(ratio) = completion_ratio
+            && sent >= MIN_WINDOW_SENDS
+            && ratio < COMPLETION_RATIO_MIN
+            && shortfall > SHORTFALL_SIGMAS * noise
         {
             reasons.push(format!(
-                "{completed} requests completed in the steady window of {sent} sent in it ({:.0}%, below {:.0}%): the endpoint fell behind the load",
+                "{completed} requests completed in the steady window of {sent} sent in it ({:.0}%, below {:.0}%, and {shortfall:.0} short where chance gives about {noise:.0}): the endpoint fell behind the load",
                 ratio * 100.0,
                 COMPLETION_RATIO_MIN * 100.0
             ));
         }
-        if let Some(growth) = latency_growth.filter(|g| *g > LATENCY_GROWTH_MAX) {
+        let third = (self.end_ns - self.start_ns) / 3;
+        let ttfts = |from: u64, to: u64| -> Vec<f64> {
+            samples
+                .iter()
+                .filter(|s| (from..=to).contains(&s.sent_ns))
+                .filter_map(|s| s.value_ns(SampleMetric::TtftFromSchedule))
+                .map(|ns| ns as f64)
+                .collect()
+        };
+        let early = ttfts(self.start_ns, self.start_ns + third);
+        let late = ttfts(self.end_ns - third, self.end_ns);
+        let median = |values: &[f64]| (values.len() >= 5).then(|| crate::Statistic::P50.of(&mut values.to_vec()))?;
+        let latency_growth = median(&early)
+            .zip(median(&late))
+            .filter(|(e, _)| *e > 0.0)
+            .map(|(e, l)| l / e);
+        let growth_is_real = crate::stats::mann_whitney(&early, &late)
+            .is_some_and(|test| test.p_value < GROWTH_P_VALUE && test.candidate_lower_probability < 0.5);
+        if let Some(growth) = latency_growth.filter(|g| *g > LATENCY_GROWTH_MAX && growth_is_real) {
             reasons.push(format!(
-                "median E2E from schedule grew {growth:.1}x from the window's first third to its last: queueing grows without bound"
+                "median TTFT from schedule grew {growth:.1}x from the window's first third to its last: queueing grows without bound"
             ));
         }
         Saturation {
@@ -133,8 +172,9 @@ pub struct Saturation {
     pub completed: u64,
     /// completed / sent; `None` without sends.
     pub completion_ratio: Option<f64>,
-    /// Median E2E from schedule of the window's last third over its first
-    /// third's; `None` below 5 completed requests in either.
+    /// Median TTFT from schedule of the requests sent in the window's last
+    /// third over its first third's; `None` below 5 completed requests in
+    /// either.
     pub latency_growth: Option<f64>,
     pub saturated: bool,
     /// Why, as sentences (empty when not saturated).
@@ -167,9 +207,46 @@ mod tests {
         let samples: Vec<_> = (0..=100).map(|i| sample(i * 10, 50)).collect();
         let window = SteadyWindow::of(&samples, Duration::ZERO).unwrap();
         assert_eq!((window.start_ns, window.end_ns), (100 * MS, 1_000 * MS));
+        // After a ramp, the requests ending at the start were sent after it.
         let ramped = SteadyWindow::of(&samples, Duration::from_millis(300)).unwrap();
-        assert_eq!(ramped.start_ns, 300 * MS);
+        assert_eq!(ramped.start_ns, 350 * MS);
+        // Never more than half the span.
+        let long = SteadyWindow::of(&samples, Duration::from_secs(5)).unwrap();
+        assert_eq!(long.start_ns, 500 * MS);
         assert_eq!(SteadyWindow::of(&samples[..1], Duration::ZERO), None);
+    }
+
+    /// Regression: right after a ramp, requests of long latency completed
+    /// at the lower rate of the ramp's sends, and an endpoint keeping up
+    /// read as one falling behind.
+    #[test]
+    fn long_requests_after_a_ramp_are_not_saturation() {
+        // A ramp from 0 to 10 req/s over 2 s (sends at t = sqrt(2 T k / R)),
+        // then 10 req/s until 10 s; every request takes 1.5 s.
+        let ramp_s = 2.0;
+        let mut samples = Vec::new();
+        for k in 0..10u64 {
+            let t = (2.0 * ramp_s * k as f64 / 10.0).sqrt();
+            samples.push(sample((t * 1e3) as u64, 1_500));
+        }
+        samples.extend((0..=80).map(|i| sample(2_000 + i * 100, 1_500)));
+        let window = SteadyWindow::of(&samples, Duration::from_secs(2)).unwrap();
+        let s = window.saturation(&samples);
+        assert!(!s.saturated, "{s:?}");
+        assert!(s.completion_ratio.unwrap() >= COMPLETION_RATIO_MIN, "{s:?}");
+    }
+
+    /// Regression: with heavy-tailed latencies and a few dozen sends, the
+    /// completions of a window fell 5% short of its sends by chance alone.
+    #[test]
+    fn a_shortfall_within_chance_is_not_saturation() {
+        // 60 sends over 6 s, latencies 0.2-2.6 s: 54 end in the window.
+        let mut samples: Vec<_> = (0..=66).map(|i| sample(i * 100, 200 + (i % 7) * 400)).collect();
+        samples.truncate(67);
+        let window = SteadyWindow { start_ns: 600 * MS, end_ns: 6_600 * MS };
+        let s = window.saturation(&samples);
+        assert!(s.completion_ratio.unwrap() < COMPLETION_RATIO_MIN, "{s:?}");
+        assert!(!s.saturated, "{s:?}");
     }
 
     #[test]
@@ -184,7 +261,7 @@ mod tests {
     #[test]
     fn a_growing_queue_is_saturation() {
         // Sent every 10 ms, served every 12 ms: each waits 2 ms more.
-        let samples: Vec<_> = (0..=200).map(|i| sample(i * 10, 50 + 2 * i)).collect();
+        let samples: Vec<_> = (0..=400).map(|i| sample(i * 10, 50 + 2 * i)).collect();
         let window = SteadyWindow::of(&samples, Duration::ZERO).unwrap();
         let s = window.saturation(&samples);
         assert!(s.saturated, "{s:?}");

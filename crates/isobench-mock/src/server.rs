@@ -268,9 +268,10 @@ impl MockState {
     pub async fn run_slot(&self) -> Option<OwnedSemaphorePermit> {
         let running = self.running.as_ref()?;
         let waiting = self.waiting.fetch_add(1, Ordering::AcqRel) + 1;
-        self.counters
-            .peak_waiting
-            .fetch_max(u64::try_from(waiting).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.counters.peak_waiting.fetch_max(
+            u64::try_from(waiting).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         let _leave_queue = LeaveQueue(&self.waiting);
         // The semaphore is never closed.
         Arc::clone(running).acquire_owned().await.ok()

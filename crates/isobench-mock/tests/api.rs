@@ -203,7 +203,10 @@ async fn requests_beyond_max_running_wait_their_turn() {
     written.sort();
     for wave in [2, 4] {
         let gap = written[wave] - written[wave - 2];
-        assert!(gap >= Duration::from_millis(100), "wave {wave}: {gap:?} after the one before");
+        assert!(
+            gap >= Duration::from_millis(100),
+            "wave {wave}: {gap:?} after the one before"
+        );
     }
     mock.shutdown().await;
 }

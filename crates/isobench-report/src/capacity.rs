@@ -85,7 +85,8 @@ impl ConfigurationPlan {
     /// Replicas for `target` requests/s at `capacity` each, keeping `headroom` free.
     pub fn replicas_for(target: f64, capacity: f64, headroom: f64) -> Option<u64> {
         let per_replica = capacity * (1.0 - headroom);
-        (per_replica > 0.0 && target > 0.0).then(|| (target / per_replica - 1e-9).ceil().max(1.0) as u64)
+        (per_replica > 0.0 && target > 0.0)
+            .then(|| (target / per_replica - 1e-9).ceil().max(1.0) as u64)
     }
 }
 

@@ -17,7 +17,9 @@ use isobench_metrics::stats::{
     Difference, MannWhitney, Outliers, bootstrap_differences, fewest_samples, iqr_outliers,
     mann_whitney,
 };
-use isobench_metrics::{LatencyStats, Percentile, SampleMetric, Statistic, Verdict, compare_percentile};
+use isobench_metrics::{
+    LatencyStats, Percentile, SampleMetric, Statistic, Verdict, compare_percentile,
+};
 
 use crate::Report;
 
@@ -69,14 +71,23 @@ pub struct MetricComparison {
 pub fn compare(baseline: &Report, candidate: &Report) -> Vec<MetricComparison> {
     METRICS
         .iter()
-        .map(|&(metric, name)| match (&baseline.samples, &candidate.samples) {
-            (Some(b), Some(c)) => from_samples(metric, name, &b.values_ms(metric), &c.values_ms(metric)),
-            _ => from_intervals(metric, name, baseline, candidate),
-        })
+        .map(
+            |&(metric, name)| match (&baseline.samples, &candidate.samples) {
+                (Some(b), Some(c)) => {
+                    from_samples(metric, name, &b.values_ms(metric), &c.values_ms(metric))
+                }
+                _ => from_intervals(metric, name, baseline, candidate),
+            },
+        )
         .collect()
 }
 
-fn from_samples(metric: SampleMetric, name: &'static str, base: &[f64], cand: &[f64]) -> MetricComparison {
+fn from_samples(
+    metric: SampleMetric,
+    name: &'static str,
+    base: &[f64],
+    cand: &[f64],
+) -> MetricComparison {
     let differences = bootstrap_differences(base, cand, &STATISTICS);
     let statistics = STATISTICS
         .iter()
@@ -109,7 +120,12 @@ fn from_samples(metric: SampleMetric, name: &'static str, base: &[f64], cand: &[
     }
 }
 
-fn from_intervals(metric: SampleMetric, name: &'static str, base: &Report, cand: &Report) -> MetricComparison {
+fn from_intervals(
+    metric: SampleMetric,
+    name: &'static str,
+    base: &Report,
+    cand: &Report,
+) -> MetricComparison {
     let stats = |report: &Report| -> Option<LatencyStats> {
         let l = &report.summary.latency;
         match metric {
@@ -120,18 +136,21 @@ fn from_intervals(metric: SampleMetric, name: &'static str, base: &Report, cand:
     };
     let (b, c) = (stats(base), stats(cand));
     let count = |s: &Option<LatencyStats>| s.as_ref().map_or(0, |s| s.count as usize);
-    let statistics = [(Statistic::P50, Percentile::P50), (Statistic::P99, Percentile::P99)]
-        .into_iter()
-        .map(|(statistic, percentile)| {
-            let comparison = compare_percentile(b.as_ref(), c.as_ref(), percentile);
-            StatisticComparison {
-                statistic,
-                baseline_ms: comparison.baseline_ms,
-                candidate_ms: comparison.candidate_ms,
-                outcome: Outcome::Intervals(comparison.verdict),
-            }
-        })
-        .collect();
+    let statistics = [
+        (Statistic::P50, Percentile::P50),
+        (Statistic::P99, Percentile::P99),
+    ]
+    .into_iter()
+    .map(|(statistic, percentile)| {
+        let comparison = compare_percentile(b.as_ref(), c.as_ref(), percentile);
+        StatisticComparison {
+            statistic,
+            baseline_ms: comparison.baseline_ms,
+            candidate_ms: comparison.candidate_ms,
+            outcome: Outcome::Intervals(comparison.verdict),
+        }
+    })
+    .collect();
     MetricComparison {
         metric,
         name,
@@ -146,11 +165,19 @@ fn from_intervals(metric: SampleMetric, name: &'static str, base: &Report, cand:
 
 impl StatisticComparison {
     /// The verdict in words: "cand's p99 TTFT is 18% lower, 95% CI 12-24%,
-    /// significant", "no significant difference in p50 E2E (+1.2%, 95% CI
-    /// -0.8 to +3.1%)", "p99 TTFT: too few samples (200, 381 needed), not judged".
+    /// significant" (a candidate twice the baseline or more: "is 3.2x the
+    /// baseline's, 95% CI 2.9-3.5x"), "no significant difference in p50
+    /// E2E (+1.2%, 95% CI -0.8 to +3.1%)", "p99 TTFT: too few samples (200,
+    /// 381 needed for 95%), not judged".
     pub fn verdict(&self, metric: &str, candidate: &str) -> String {
         let figure = format!("{} {metric}", self.statistic.name());
         match &self.outcome {
+            Outcome::Judged(d) if d.significant() && d.lower >= 1.0 => format!(
+                "{candidate}'s {figure} is {:.1}x the baseline's, 95% CI {:.1}-{:.1}x, significant",
+                1.0 + d.relative,
+                1.0 + d.lower,
+                1.0 + d.upper
+            ),
             Outcome::Judged(d) if d.significant() => {
                 let (word, sign) = if d.relative < 0.0 { ("lower", -1.0) } else { ("higher", 1.0) };
                 let (a, b) = ordered(sign * d.lower * 100.0, sign * d.upper * 100.0);
@@ -168,10 +195,14 @@ impl StatisticComparison {
                 d.upper * 100.0
             ),
             Outcome::Intervals(Verdict::Lower) => {
-                format!("{candidate}'s {figure} is lower, significant (95% intervals apart; no samples to size it)")
+                format!(
+                    "{candidate}'s {figure} is lower, significant (95% intervals apart; no samples to size it)"
+                )
             }
             Outcome::Intervals(Verdict::Higher) => {
-                format!("{candidate}'s {figure} is higher, significant (95% intervals apart; no samples to size it)")
+                format!(
+                    "{candidate}'s {figure} is higher, significant (95% intervals apart; no samples to size it)"
+                )
             }
             Outcome::Intervals(Verdict::NoSignificantDifference) => {
                 format!("no significant difference in {figure} (95% intervals overlap)")
@@ -216,9 +247,15 @@ impl MetricComparison {
                 "Mann-Whitney U p = {}, P(candidate lower) = {:.2}{}",
                 p_value(test.p_value),
                 test.candidate_lower_probability,
-                if test.significant() { ", significant" } else { "" }
+                if test.significant() {
+                    ", significant"
+                } else {
+                    ""
+                }
             ),
-            None if self.baseline_n.min(self.candidate_n) < isobench_metrics::stats::MIN_SAMPLES => {
+            None if self.baseline_n.min(self.candidate_n)
+                < isobench_metrics::stats::MIN_SAMPLES =>
+            {
                 format!(
                     "Mann-Whitney U: too few samples ({} and {}, {} needed)",
                     self.baseline_n,
@@ -233,10 +270,15 @@ impl MetricComparison {
     /// The outlier line: "outliers (IQR rule, kept): baseline 3 high, candidate 0".
     pub fn outliers_text(&self) -> Option<String> {
         let describe = |o: &Option<Outliers>| match o {
-            Some(o) => format!("{} above {:.1} ms, {} below {:.1} ms", o.high, o.high_fence, o.low, o.low_fence),
+            Some(o) => format!(
+                "{} above {:.1} ms, {} below {:.1} ms",
+                o.high, o.high_fence, o.low, o.low_fence
+            ),
             None => "-".to_owned(),
         };
-        self.baseline_outliers.as_ref().or(self.candidate_outliers.as_ref())?;
+        self.baseline_outliers
+            .as_ref()
+            .or(self.candidate_outliers.as_ref())?;
         Some(format!(
             "outliers (IQR rule, kept): baseline {}; candidate {}",
             describe(&self.baseline_outliers),
@@ -250,5 +292,41 @@ fn p_value(p: f64) -> String {
         format!("{p:.1e}")
     } else {
         format!("{p:.4}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judged(relative: f64, lower: f64, upper: f64) -> StatisticComparison {
+        StatisticComparison {
+            statistic: Statistic::P99,
+            baseline_ms: Some(100.0),
+            candidate_ms: Some(100.0 * (1.0 + relative)),
+            outcome: Outcome::Judged(Difference { relative, lower, upper }),
+        }
+    }
+
+    #[test]
+    fn verdicts_read_as_sentences() {
+        assert_eq!(
+            judged(-0.18, -0.24, -0.12).verdict("TTFT", "B"),
+            "B's p99 TTFT is 18% lower, 95% CI 12-24%, significant"
+        );
+        assert_eq!(
+            judged(0.012, -0.008, 0.031).verdict("E2E", "B"),
+            "no significant difference in p99 E2E (+1.2%, 95% CI -0.8 to +3.1%)"
+        );
+        assert_eq!(
+            judged(2.2, 1.9, 2.5).verdict("TTFT", "B"),
+            "B's p99 TTFT is 3.2x the baseline's, 95% CI 2.9-3.5x, significant"
+        );
+        let few = StatisticComparison {
+            outcome: Outcome::TooFewSamples { have: 200, needed: 381 },
+            ..judged(0.0, 0.0, 0.0)
+        };
+        assert_eq!(few.verdict("TTFT", "B"), "p99 TTFT: too few samples (200, 381 needed for 95%), not judged");
+        assert!(!few.significant());
     }
 }

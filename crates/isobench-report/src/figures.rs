@@ -2,7 +2,7 @@
 //!
 //! - **latency CDFs** of TTFT, TPOT and E2E, one line per run with
 //!   per-request samples (log latency axis);
-//! - **each run's time line**: every request's TTFT and E2E at the moment
+//! - **each run's time line** (of the first [`MAX_TIMELINES`]): every request's TTFT and E2E at the moment
 //!   it was sent; the offered (scheduled), achieved (sent) and completed
 //!   requests per second; and, when the endpoint's metrics were scraped,
 //!   the server's running and waiting requests, mean batch and KV cache use;
@@ -34,6 +34,10 @@ pub struct Figure {
 /// Points drawn per series at most (samples are thinned evenly beyond).
 const MAX_POINTS: usize = 1_500;
 
+/// Runs whose time lines a page draws at most (the first ones given), so
+/// that a page of a long search stays a few megabytes.
+pub const MAX_TIMELINES: usize = 12;
+
 /// Every plot the runs allow, in page order.
 pub fn figures(runs: &[NamedReport]) -> Vec<Figure> {
     let mut figures = Vec::new();
@@ -42,7 +46,7 @@ pub fn figures(runs: &[NamedReport]) -> Vec<Figure> {
     if runs.len() >= 2 {
         figures.extend(side_by_side(runs));
     }
-    for (index, run) in runs.iter().enumerate() {
+    for (index, run) in runs.iter().enumerate().take(MAX_TIMELINES) {
         figures.extend(timeline(index, run));
     }
     figures
@@ -64,10 +68,16 @@ fn cdfs(runs: &[NamedReport]) -> Vec<Figure> {
         (SampleMetric::Tpot, "TPOT"),
         (SampleMetric::E2e, "E2E latency"),
     ] {
-        let mut panel = Panel::new(&format!("{name}: cumulative distribution"), "ms (log scale)", "share of requests");
+        let mut panel = Panel::new(
+            &format!("{name}: cumulative distribution"),
+            "ms (log scale)",
+            "share of requests",
+        );
         panel.log_x = true;
         for (index, run) in runs.iter().enumerate() {
-            let Some(samples) = &run.report.samples else { continue };
+            let Some(samples) = &run.report.samples else {
+                continue;
+            };
             let mut values = samples.values_ms(metric);
             values.sort_by(f64::total_cmp);
             let n = values.len() as f64;
@@ -127,7 +137,11 @@ fn sweeps(runs: &[NamedReport]) -> Vec<Figure> {
                 .iter()
                 .filter_map(|run| {
                     let summary = step_summary(&run.report);
-                    let stats = if tpot { &summary.latency.tpot } else { &summary.latency.ttft };
+                    let stats = if tpot {
+                        &summary.latency.tpot
+                    } else {
+                        &summary.latency.ttft
+                    };
                     Some((summary.throughput.requests_per_s, pick(stats.as_ref()?)))
                 })
                 .collect()
@@ -161,9 +175,11 @@ fn sweeps(runs: &[NamedReport]) -> Vec<Figure> {
 }
 
 fn side_by_side(runs: &[NamedReport]) -> Vec<Figure> {
-    let groups: Vec<String> = ["TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99"]
-        .map(str::to_owned)
-        .to_vec();
+    let groups: Vec<String> = [
+        "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99",
+    ]
+    .map(str::to_owned)
+    .to_vec();
     let latency: Vec<(String, Vec<Option<f64>>)> = runs
         .iter()
         .map(|run| {
@@ -207,7 +223,9 @@ fn side_by_side(runs: &[NamedReport]) -> Vec<Figure> {
     ]
 }
 
-/// Requests per second in buckets of `width_s` over `[0, end_s]`.
+/// Requests per second in buckets of `width_s` over `[0, end_s]`; a last
+/// bucket narrower than half the others is left out (a few requests over
+/// a sliver of time would read as a spike).
 fn per_second(times_s: impl Iterator<Item = f64>, width_s: f64, end_s: f64) -> Vec<(f64, f64)> {
     let buckets = ((end_s / width_s).ceil() as usize).max(1);
     let mut counts = vec![0u64; buckets];
@@ -220,8 +238,17 @@ fn per_second(times_s: impl Iterator<Item = f64>, width_s: f64, end_s: f64) -> V
     counts
         .iter()
         .enumerate()
-        .map(|(i, &n)| ((i as f64 + 0.5) * width_s, n as f64 / width_s))
+        .filter_map(|(i, &n)| {
+            let start = i as f64 * width_s;
+            let width = width_s.min(end_s - start);
+            (width >= width_s / 2.0).then(|| (start + width / 2.0, n as f64 / width))
+        })
         .collect()
+}
+
+/// Rate buckets: a sixtieth of the run, at least 0.25 s.
+fn bucket_width(end_s: f64) -> f64 {
+    (end_s / 60.0).max(0.25)
 }
 
 fn timeline(index: usize, run: &NamedReport) -> Option<Figure> {
@@ -239,17 +266,31 @@ fn timeline(index: usize, run: &NamedReport) -> Option<Figure> {
             .collect();
         thin(&points)
     };
-    latency.series.push(Series { label: "E2E".into(), points: point(SampleMetric::E2e), mark: Mark::Dots, colour: 1 });
-    latency.series.push(Series { label: "TTFT".into(), points: point(SampleMetric::Ttft), mark: Mark::Dots, colour: 0 });
+    latency.series.push(Series {
+        label: "E2E".into(),
+        points: point(SampleMetric::E2e),
+        mark: Mark::Dots,
+        colour: 1,
+    });
+    latency.series.push(Series {
+        label: "TTFT".into(),
+        points: point(SampleMetric::Ttft),
+        mark: Mark::Dots,
+        colour: 0,
+    });
 
     let end_s = samples.0.iter().map(|s| s.end_ns).max().unwrap_or(0) as f64 / 1e9;
-    let width_s = (end_s / 120.0).max(1.0);
+    let width_s = bucket_width(end_s);
     let mut rates = Panel::new("Offered, achieved and completed rate", x, "requests/s");
     let times = |pick: fn(&isobench_metrics::RequestSample) -> Option<u64>| {
         samples.0.iter().filter_map(pick).map(|ns| ns as f64 / 1e9)
     };
     for (label, colour, pick) in [
-        ("offered (scheduled)", 7, (|s| Some(s.scheduled_ns)) as fn(&isobench_metrics::RequestSample) -> Option<u64>),
+        (
+            "offered (scheduled)",
+            7,
+            (|s| Some(s.scheduled_ns)) as fn(&isobench_metrics::RequestSample) -> Option<u64>,
+        ),
         ("achieved (sent)", 0, |s| Some(s.sent_ns)),
         ("completed", 2, |s| s.completed().then_some(s.end_ns)),
     ] {
@@ -264,17 +305,39 @@ fn timeline(index: usize, run: &NamedReport) -> Option<Figure> {
     if let Some(server) = &run.report.server_metrics {
         panels.extend(server_panels(server, x));
     }
+    let start_s = run
+        .report
+        .server_metrics
+        .as_ref()
+        .and_then(|server| server.t_s.first().copied())
+        .unwrap_or(0.0)
+        .min(0.0);
+    let last_s = run
+        .report
+        .server_metrics
+        .as_ref()
+        .and_then(|server| server.t_s.last().copied())
+        .unwrap_or(end_s)
+        .max(end_s);
+    for panel in &mut panels {
+        panel.x_range = Some((start_s, last_s));
+    }
     let steady = run
         .report
         .steady_state
         .as_ref()
-        .map(|s| format!(" The steady window runs from {:.1} s to {:.1} s.", s.start_s, s.end_s))
+        .map(|s| {
+            format!(
+                " The steady window runs from {:.1} s to {:.1} s.",
+                s.start_s, s.end_s
+            )
+        })
         .unwrap_or_default();
     Some(Figure {
         id: format!("timeline-{index}"),
         title: format!("{}: the run's time line", run.name),
         caption: format!(
-            "Each completed request's latency at the moment it was sent, the request rates per {width_s:.0} s, and what the server reported on /metrics when it was scraped: a queue that grows while the completed rate stays flat is saturation.{steady}"
+            "Each completed request's latency at the moment it was sent, the request rates per {width_s:.2} s, and what the server reported on /metrics when it was scraped: a queue that grows while the completed rate stays flat is saturation.{steady}"
         ),
         svg: plot::xy(&panels),
     })
@@ -289,16 +352,30 @@ fn server_panels(server: &ServerMetrics, x: &str) -> Vec<Panel> {
             .filter_map(|(&t, v)| Some((t, (*v)? * scale)))
             .collect()
     };
-    let mut queue = Panel::new(&format!("Server ({}): batch and queue", server.source), x, "requests");
+    let mut queue = Panel::new(
+        &format!("Server ({}): batch and queue", server.source),
+        x,
+        "requests",
+    );
     for (label, values, colour) in [
         ("running", &server.running, 2),
         ("waiting (queue)", &server.waiting, 3),
         ("mean batch since last scrape", &server.batch_size, 4),
     ] {
-        queue.series.push(Series { label: label.into(), points: series(values, 1.0), mark: Mark::Line, colour });
+        queue.series.push(Series {
+            label: label.into(),
+            points: series(values, 1.0),
+            mark: Mark::Line,
+            colour,
+        });
     }
     let mut kv = Panel::new("Server: KV cache in use", x, "% of the KV cache");
-    kv.series.push(Series { label: "KV cache in use".into(), points: series(&server.kv_usage, 100.0), mark: Mark::Line, colour: 5 });
+    kv.series.push(Series {
+        label: "KV cache in use".into(),
+        points: series(&server.kv_usage, 100.0),
+        mark: Mark::Line,
+        colour: 5,
+    });
     vec![queue, kv]
 }
 
@@ -310,6 +387,12 @@ mod tests {
     fn rates_count_per_bucket() {
         let rates = per_second([0.1, 0.2, 1.5, 2.9].into_iter(), 1.0, 3.0);
         assert_eq!(rates, vec![(0.5, 2.0), (1.5, 1.0), (2.5, 1.0)]);
+        // A last bucket of half a second counts per half second; a sliver is left out.
+        let rates = per_second([0.1, 1.2].into_iter(), 1.0, 1.5);
+        assert_eq!(rates, vec![(0.5, 1.0), (1.25, 2.0)]);
+        assert_eq!(per_second([0.1, 1.05].into_iter(), 1.0, 1.1), vec![(0.5, 1.0)]);
+        assert_eq!(bucket_width(6.0), 0.25);
+        assert_eq!(bucket_width(120.0), 2.0);
     }
 
     #[test]

@@ -30,7 +30,10 @@ fn sections(runs: &[NamedReport]) -> Vec<(String, Table)> {
     }
     for (name, mut steps) in series {
         steps.sort_by_key(|run| run.report.step.as_ref().map_or(0, |s| s.index));
-        sections.push((format!("Steps of {name} (steady windows)"), tables::sweep(&steps)));
+        sections.push((
+            format!("Steps of {name} (steady windows)"),
+            tables::sweep(&steps),
+        ));
     }
     if let Some((baseline, candidates)) = runs.split_first() {
         for candidate in candidates {
@@ -80,6 +83,13 @@ pub fn page(runs: &[NamedReport]) -> String {
         let _ = write!(out, "<h2>{}</h2>\n{}", escape(&title), table.html());
     }
     out.push_str("<h2>Plots</h2>\n");
+    if runs.len() > crate::figures::MAX_TIMELINES {
+        let _ = writeln!(
+            out,
+            "<p>Time lines are drawn for the first {} runs given; pass fewer reports to see the others'.</p>",
+            crate::figures::MAX_TIMELINES
+        );
+    }
     for figure in figures(runs) {
         let _ = write!(
             out,

@@ -60,9 +60,9 @@ pub mod vllm;
 pub use capacity::{ConfigurationPlan, PLAN_KIND, PlanResult, TrialRecord};
 pub use error::ReportError;
 pub use gpu::{GpuMeasurement, GpuReport};
-pub use server_view::ServerMetrics;
-pub use step::{SteadyState, StepKind, StepMeta};
-pub use tables::NamedReport;
 pub use report::{
     PromptTokenSource, Report, RunMeta, SCHEMA_VERSION, TOOL, TOOL_VERSION, format_started_at,
 };
+pub use server_view::ServerMetrics;
+pub use step::{SteadyState, StepKind, StepMeta};
+pub use tables::NamedReport;

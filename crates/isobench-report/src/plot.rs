@@ -53,6 +53,9 @@ pub struct Panel {
     pub x_label: String,
     pub y_label: String,
     pub log_x: bool,
+    /// The x axis's range, when the panel must line up with others; else
+    /// it spans the data.
+    pub x_range: Option<(f64, f64)>,
     pub series: Vec<Series>,
 }
 
@@ -63,6 +66,7 @@ impl Panel {
             x_label: x_label.to_owned(),
             y_label: y_label.to_owned(),
             log_x: false,
+            x_range: None,
             series: Vec::new(),
         }
     }
@@ -106,10 +110,13 @@ fn draw_panel(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel) -> DrawResul
             .flat_map(|s| s.points.iter())
             .filter(|(x, y)| x.is_finite() && y.is_finite())
     };
-    let (x_range, y_range) = ranges(
+    let (mut x_range, y_range) = ranges(
         points().map(|&(x, _)| transform(x)),
         points().map(|&(_, y)| y),
     );
+    if let Some((from, to)) = panel.x_range.filter(|(from, to)| to > from) {
+        x_range = transform(from)..transform(to);
+    }
     let log_x = panel.log_x;
     let format_x = move |x: &f64| {
         let value = if log_x { 10f64.powf(*x) } else { *x };
@@ -149,12 +156,16 @@ fn draw_panel(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel) -> DrawResul
             )?,
             Mark::LineAndDots => {
                 chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))?;
-                chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, colour.filled())))?
+                chart.draw_series(
+                    points
+                        .into_iter()
+                        .map(|p| Circle::new(p, 4, colour.filled())),
+                )?
             }
         };
-        drawn.label(series.label.as_str()).legend(move |(x, y)| {
-            Rectangle::new([(x, y - 4), (x + 14, y + 4)], colour.filled())
-        });
+        drawn
+            .label(series.label.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 14, y + 4)], colour.filled()));
     }
     chart
         .configure_series_labels()
@@ -178,8 +189,16 @@ fn ranges(
             return 0.0..1.0;
         }
         let low = if from_zero { low.min(0.0) } else { low };
-        let pad = if high > low { (high - low) * 0.05 } else { low.abs().max(1.0) * 0.5 };
-        let start = if from_zero && low >= 0.0 { low } else { low - pad };
+        let pad = if high > low {
+            (high - low) * 0.05
+        } else {
+            low.abs().max(1.0) * 0.5
+        };
+        let start = if from_zero && low >= 0.0 {
+            low
+        } else {
+            low - pad
+        };
         start..high + pad
     };
     (span(xs.collect(), false), span(ys.collect(), true))
@@ -203,10 +222,16 @@ fn short_number(value: f64) -> String {
 
 /// Grouped bars: one group per category (`groups`), one bar per run in
 /// each, the runs in palette order.
-pub fn bars(title: &str, y_label: &str, groups: &[String], runs: &[(String, Vec<Option<f64>>)]) -> String {
+pub fn bars(
+    title: &str,
+    y_label: &str,
+    groups: &[String],
+    runs: &[(String, Vec<Option<f64>>)],
+) -> String {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, PANEL_HEIGHT + 40)).into_drawing_area();
+        let root =
+            SVGBackend::with_string(&mut svg, (WIDTH, PANEL_HEIGHT + 40)).into_drawing_area();
         let _ = root.fill(&WHITE);
         let _ = draw_bars(&root, title, y_label, groups, runs);
         let _ = root.present();
@@ -226,14 +251,18 @@ fn draw_bars(
         .flat_map(|(_, values)| values.iter().flatten())
         .copied()
         .fold(0.0, f64::max);
-    let high = if high > 0.0 { high * 1.1 } else { 1.0 };
+    // Room above the tallest bar for the legend.
+    let high = if high > 0.0 { high * 1.35 } else { 1.0 };
     let width = runs.len().max(1) as f64 + 1.0;
     let groups_owned = groups.to_vec();
     let label_group = move |x: &f64| {
         let group = (*x / width).floor();
         let centre = group * width + width / 2.0;
         if (x - centre).abs() < 0.5 && group >= 0.0 {
-            groups_owned.get(group as usize).cloned().unwrap_or_default()
+            groups_owned
+                .get(group as usize)
+                .cloned()
+                .unwrap_or_default()
         } else {
             String::new()
         }
@@ -258,7 +287,10 @@ fn draw_bars(
         let rectangles = values.iter().enumerate().filter_map(|(group, value)| {
             let value = (*value)?;
             let left = group as f64 * width + 0.5 + index as f64;
-            Some(Rectangle::new([(left, 0.0), (left + 0.9, value)], colour.filled()))
+            Some(Rectangle::new(
+                [(left, 0.0), (left + 0.9, value)],
+                colour.filled(),
+            ))
         });
         chart
             .draw_series(rectangles)?
@@ -303,7 +335,10 @@ mod tests {
             "p99",
             "ms",
             &["TTFT".into(), "TPOT".into()],
-            &[("a".into(), vec![Some(10.0), Some(2.0)]), ("b".into(), vec![Some(12.0), None])],
+            &[
+                ("a".into(), vec![Some(10.0), Some(2.0)]),
+                ("b".into(), vec![Some(12.0), None]),
+            ],
         );
         assert!(svg.contains(">TTFT<") || svg.contains("TTFT"), "{svg}");
         // Three bars, two legend swatches, the background and the plot area.

@@ -12,9 +12,9 @@ use std::fmt::Write;
 
 use isobench_metrics::{LatencyStats, Summary};
 
+use crate::Report;
 use crate::comparison::MetricComparison;
 use crate::server_view::ServerMetrics;
-use crate::Report;
 
 /// A report with the name it is shown by (its file stem).
 #[derive(Debug, Clone)]
@@ -41,7 +41,12 @@ impl Table {
     /// GitHub-flavoured Markdown (pipes in cells escaped).
     pub fn markdown(&self) -> String {
         let cell = |text: &String| text.replace('|', "\\|");
-        let line = |cells: &[String]| format!("| {} |\n", cells.iter().map(cell).collect::<Vec<_>>().join(" | "));
+        let line = |cells: &[String]| {
+            format!(
+                "| {} |\n",
+                cells.iter().map(cell).collect::<Vec<_>>().join(" | ")
+            )
+        };
         let mut out = line(&self.headers);
         out.push_str(&format!("|{}\n", "---|".repeat(self.headers.len())));
         for row in &self.rows {
@@ -104,7 +109,9 @@ pub fn escape(text: &str) -> String {
 }
 
 fn ms(stats: &Option<LatencyStats>, pick: fn(&LatencyStats) -> f64) -> String {
-    stats.as_ref().map_or("-".to_owned(), |s| format!("{:.1}", pick(s)))
+    stats
+        .as_ref()
+        .map_or("-".to_owned(), |s| format!("{:.1}", pick(s)))
 }
 
 fn optional(value: Option<f64>, decimals: usize) -> String {
@@ -114,8 +121,18 @@ fn optional(value: Option<f64>, decimals: usize) -> String {
 /// One row per run.
 pub fn runs(runs: &[NamedReport]) -> Table {
     let mut table = Table::new(&[
-        "run", "done", "failed", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
-        "E2E p99", "queue peak", "notes",
+        "run",
+        "done",
+        "failed",
+        "req/s",
+        "out tok/s",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TPOT p99",
+        "E2E p99",
+        "queue peak",
+        "notes",
     ]);
     for NamedReport { name, report } in runs {
         let s = &report.summary;
@@ -163,8 +180,18 @@ pub fn step_summary(report: &Report) -> &Summary {
 /// step's steady window.
 pub fn sweep(steps: &[&NamedReport]) -> Table {
     let mut table = Table::new(&[
-        "step", "load", "window s", "sent/s", "done/s", "out tok/s", "TTFT p50", "TTFT p99",
-        "TPOT p99", "E2E p99", "queue mean", "kept up",
+        "step",
+        "load",
+        "window s",
+        "sent/s",
+        "done/s",
+        "out tok/s",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p99",
+        "E2E p99",
+        "queue mean",
+        "kept up",
     ]);
     for NamedReport { name, report } in steps {
         let s = step_summary(report);

@@ -14,22 +14,36 @@ use isobench_report::{NamedReport, figures, html};
 
 fn runs() -> Vec<NamedReport> {
     let mut runs = vec![
-        NamedReport { name: "static".into(), report: common::report_with_samples(3, 1.0) },
-        NamedReport { name: "continuous".into(), report: common::report_with_samples(5, 0.8) },
+        NamedReport {
+            name: "static".into(),
+            report: common::report_with_samples(3, 1.0),
+        },
+        NamedReport {
+            name: "continuous".into(),
+            report: common::report_with_samples(5, 0.8),
+        },
     ];
     for (i, report) in common::sweep_steps("sweep-chat").into_iter().enumerate() {
-        runs.push(NamedReport { name: format!("step-{i:02}"), report });
+        runs.push(NamedReport {
+            name: format!("step-{i:02}"),
+            report,
+        });
     }
     runs
 }
 
 /// Colours the plots draw data in (the palette), as SVG writes them.
-const DATA_COLOURS: [&str; 8] = ["#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E377C2", "#7F7F7F"];
+const DATA_COLOURS: [&str; 8] = [
+    "#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E377C2", "#7F7F7F",
+];
 
 /// The figures of a page (or a DOM dump of it): each `<figure class="plot"`
 /// element's text.
 fn figure_blocks(page: &str) -> Vec<&str> {
-    page.split("<figure class=\"plot\"").skip(1).map(|rest| &rest[..rest.find("</figure>").unwrap_or(rest.len())]).collect()
+    page.split("<figure class=\"plot\"")
+        .skip(1)
+        .map(|rest| &rest[..rest.find("</figure>").unwrap_or(rest.len())])
+        .collect()
 }
 
 fn assert_plots_drawn(page: &str, expected: usize) {
@@ -38,8 +52,14 @@ fn assert_plots_drawn(page: &str, expected: usize) {
     for block in blocks {
         let id = block.split('"').nth(1).unwrap_or("?");
         assert!(block.contains("<svg"), "figure {id} has no SVG");
-        let data = DATA_COLOURS.iter().map(|c| block.matches(&format!("=\"{c}\"")).count()).sum::<usize>();
-        assert!(data >= 2, "figure {id} draws no data ({data} coloured marks)");
+        let data = DATA_COLOURS
+            .iter()
+            .map(|c| block.matches(&format!("=\"{c}\"")).count())
+            .sum::<usize>();
+        assert!(
+            data >= 2,
+            "figure {id} draws no data ({data} coloured marks)"
+        );
     }
 }
 
@@ -51,18 +71,35 @@ fn the_page_holds_every_table_and_plot_and_fetches_nothing() {
     // 3 CDFs, the sweep curve, 2 side-by-side charts, a time line per run.
     assert_eq!(expected, 3 + 1 + 2 + runs.len());
     assert_plots_drawn(&page, expected);
-    for needle in ["<h2>Runs</h2>", "Steps of sweep-chat (steady windows)", "continuous against static", "waiting (queue)", "KV cache in use", "TTFT against throughput"] {
+    for needle in [
+        "<h2>Runs</h2>",
+        "Steps of sweep-chat (steady windows)",
+        "continuous against static",
+        "waiting (queue)",
+        "KV cache in use",
+        "TTFT against throughput",
+    ] {
         assert!(page.contains(needle), "no {needle:?} in the page");
     }
     // The planted 20% TTFT difference is found by the comparison table.
     assert!(page.contains("continuous's p50 TTFT is"), "no verdict");
-    for external in ["<script", "<link", "src=\"http", "href=\"http", "@import", "url("] {
+    for external in [
+        "<script",
+        "<link",
+        "src=\"http",
+        "href=\"http",
+        "@import",
+        "url(",
+    ] {
         assert!(!page.contains(external), "the page refers to {external}");
     }
     let markdown = html::markdown(&runs);
     assert!(markdown.starts_with("# isobench report\n"));
     assert!(markdown.contains("| run | done |"), "{markdown}");
-    assert!(markdown.contains("## Steps of sweep-chat (steady windows)"), "{markdown}");
+    assert!(
+        markdown.contains("## Steps of sweep-chat (steady windows)"),
+        "{markdown}"
+    );
 }
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -80,7 +117,16 @@ fn ensure_chromium() -> PathBuf {
         "{CHROMIUM} is missing and this test installs Debian's chromium package itself, which needs root \
          (uid {uid}): run `apt-get install chromium` as root, or run the tests as root"
     );
-    for args in [&["update", "-qq"][..], &["install", "-y", "-qq", "--no-install-recommends", "chromium"][..]] {
+    for args in [
+        &["update", "-qq"][..],
+        &[
+            "install",
+            "-y",
+            "-qq",
+            "--no-install-recommends",
+            "chromium",
+        ][..],
+    ] {
         let status = Command::new("timeout")
             .arg("900")
             .arg("apt-get")
@@ -88,9 +134,15 @@ fn ensure_chromium() -> PathBuf {
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
             .expect("apt-get runs");
-        assert!(status.success(), "apt-get {args:?} failed ({status}): chromium could not be installed");
+        assert!(
+            status.success(),
+            "apt-get {args:?} failed ({status}): chromium could not be installed"
+        );
     }
-    assert!(path.exists(), "apt-get installed chromium, but {CHROMIUM} is not there");
+    assert!(
+        path.exists(),
+        "apt-get installed chromium, but {CHROMIUM} is not there"
+    );
     path
 }
 
@@ -148,7 +200,11 @@ fn headless_chromium_renders_every_plot() {
     std::fs::write(&page, html::page(&runs)).unwrap();
     let profile = dir.path().join("profile");
     let dom = dump_dom(&chromium, &page, &profile, Duration::from_secs(120));
-    assert!(dom.contains("<h1>isobench report</h1>"), "the DOM is not the page: {}", &dom[..dom.len().min(500)]);
+    assert!(
+        dom.contains("<h1>isobench report</h1>"),
+        "the DOM is not the page: {}",
+        &dom[..dom.len().min(500)]
+    );
     assert_plots_drawn(&dom, figures::figures(&runs).len());
     // The browser parsed the SVGs as SVG: their polylines kept their points.
     assert!(dom.matches("<polyline").count() > 20);

@@ -299,7 +299,11 @@ fn a_plan_matches_its_schema() {
         rate,
         seed: 7,
         passed,
-        reasons: if passed { vec![] } else { vec!["ttft_p99=500ms missed (620.0 ms)".into()] },
+        reasons: if passed {
+            vec![]
+        } else {
+            vec!["ttft_p99=500ms missed (620.0 ms)".into()]
+        },
         report: "continuous/trial-00.json".into(),
         throughput_rps: rate * 0.99,
         goodput_rps: Some(rate * 0.98),
@@ -334,7 +338,10 @@ fn a_plan_matches_its_schema() {
     validate(&root, &root["$defs"]["plan"], &value, "$", &mut errors);
     assert!(errors.is_empty(), "{errors:#?}");
     let mut broken = value.clone();
-    broken["configurations"][0].as_object_mut().unwrap().remove("upper_rps");
+    broken["configurations"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("upper_rps");
     let mut errors = Vec::new();
     validate(&root, &root["$defs"]["plan"], &broken, "$", &mut errors);
     assert_eq!(errors.len(), 1, "{errors:#?}");
@@ -347,7 +354,9 @@ fn check_key_snapshot(report: &Report, name: &str) {
     paths.sort();
     paths.dedup();
     let actual = paths.join("\n") + "\n";
-    let snapshot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots").join(name);
+    let snapshot = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
     if std::env::var_os("ISOBENCH_UPDATE_SNAPSHOTS").is_some() {
         std::fs::write(&snapshot, &actual).unwrap();
     }

@@ -26,7 +26,10 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     let base = Report::read_json(&args.baseline)?;
     for path in &args.candidates {
         let new = Report::read_json(path)?;
-        print!("{}", render(&base, &name(&args.baseline), &new, &name(path)));
+        print!(
+            "{}",
+            render(&base, &name(&args.baseline), &new, &name(path))
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

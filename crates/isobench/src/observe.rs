@@ -41,7 +41,11 @@ impl Observer {
     /// Starts scraping for a run against `target`, setting `queue` to the
     /// server's waiting requests at each scrape; `None` when nothing is to
     /// be scraped.
-    pub async fn start(args: &EndpointArgs, target: &str, queue: &LiveGauge) -> anyhow::Result<Option<Self>> {
+    pub async fn start(
+        args: &EndpointArgs,
+        target: &str,
+        queue: &LiveGauge,
+    ) -> anyhow::Result<Option<Self>> {
         let (url, named) = match args.scrape_metrics.as_deref().map(str::trim) {
             Some("none") => return Ok(None),
             Some(url) => (url.to_owned(), true),
@@ -78,7 +82,8 @@ impl Observer {
     pub async fn finish(self, started: Instant, window: Option<(u64, u64)>) -> Observed {
         let url = self.scraper.url().to_owned();
         let points = self.scraper.finish().await;
-        let gpu_scrapes: Vec<GpuScrape> = points.iter().filter_map(|(_, p)| p.gpu.clone()).collect();
+        let gpu_scrapes: Vec<GpuScrape> =
+            points.iter().filter_map(|(_, p)| p.gpu.clone()).collect();
         let gpu = (!gpu_scrapes.is_empty()).then(|| {
             let window = window.map(|(from, to)| {
                 (
@@ -88,8 +93,10 @@ impl Observer {
             });
             gpu::measure(&gpu_scrapes, window)
         });
-        let server_points: Vec<(Instant, ServerSample)> =
-            points.iter().filter_map(|(at, p)| Some((*at, p.server?))).collect();
+        let server_points: Vec<(Instant, ServerSample)> = points
+            .iter()
+            .filter_map(|(at, p)| Some((*at, p.server?)))
+            .collect();
         let server = server_metrics(&server_points, started, url, self.interval);
         Observed { gpu, server }
     }
@@ -121,7 +128,11 @@ fn server_metrics(
         waiting: points.iter().map(|(_, s)| s.waiting).collect(),
         kv_usage: points.iter().map(|(_, s)| s.kv_usage).collect(),
         batch_size: std::iter::once(None)
-            .chain(points.windows(2).map(|pair| pair[1].1.mean_batch_since(&pair[0].1)))
+            .chain(
+                points
+                    .windows(2)
+                    .map(|pair| pair[1].1.mean_batch_since(&pair[0].1)),
+            )
             .collect(),
     })
 }
@@ -251,28 +262,53 @@ mod tests {
         let n = server.t_s.len();
         assert!(n >= 3, "{server:?}");
         // Scrape k served running 8 + k, waiting k, KV 0.(k % 9 + 1).
-        for (k, ((running, waiting), kv)) in server.running.iter().zip(&server.waiting).zip(&server.kv_usage).enumerate() {
+        for (k, ((running, waiting), kv)) in server
+            .running
+            .iter()
+            .zip(&server.waiting)
+            .zip(&server.kv_usage)
+            .enumerate()
+        {
             let k = k as f64;
             assert_eq!(*running, Some(8.0 + k));
             assert_eq!(*waiting, Some(k));
             assert!(kv.is_some_and(|kv| kv > 0.0 && kv < 1.0));
         }
-        assert!(server.t_s.windows(2).all(|w| w[0] < w[1]), "{:?}", server.t_s);
+        assert!(
+            server.t_s.windows(2).all(|w| w[0] < w[1]),
+            "{:?}",
+            server.t_s
+        );
         assert!(server.batch_size.iter().all(Option::is_none));
         assert_eq!(queue.get(), server.waiting.last().copied().flatten());
     }
 
     #[tokio::test]
     async fn a_named_url_without_metrics_is_an_error_and_the_default_is_quiet() {
-        let err = Observer::start(&args(&["--scrape-metrics", "http://127.0.0.1:9/metrics"]), "http://127.0.0.1:9", &LiveGauge::default())
-            .await
-            .err()
-            .unwrap();
+        let err = Observer::start(
+            &args(&["--scrape-metrics", "http://127.0.0.1:9/metrics"]),
+            "http://127.0.0.1:9",
+            &LiveGauge::default(),
+        )
+        .await
+        .err()
+        .unwrap();
         let message = format!("{err:#}");
-        assert!(message.contains("--scrape-metrics") && message.contains("127.0.0.1:9/metrics"), "{message}");
-        let quiet = Observer::start(&args(&[]), "http://127.0.0.1:9", &LiveGauge::default()).await.unwrap();
+        assert!(
+            message.contains("--scrape-metrics") && message.contains("127.0.0.1:9/metrics"),
+            "{message}"
+        );
+        let quiet = Observer::start(&args(&[]), "http://127.0.0.1:9", &LiveGauge::default())
+            .await
+            .unwrap();
         assert!(quiet.is_none());
-        let off = Observer::start(&args(&["--scrape-metrics", "none"]), "http://127.0.0.1:9", &LiveGauge::default()).await.unwrap();
+        let off = Observer::start(
+            &args(&["--scrape-metrics", "none"]),
+            "http://127.0.0.1:9",
+            &LiveGauge::default(),
+        )
+        .await
+        .unwrap();
         assert!(off.is_none());
     }
 }

@@ -142,7 +142,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 cancel,
                 steady_state: false,
             };
-            let measured = measure(&args.endpoint, &target, &endpoint, &workload, &args.workload, options).await;
+            let measured = measure(
+                &args.endpoint,
+                &target,
+                &endpoint,
+                &workload,
+                &args.workload,
+                options,
+            )
+            .await;
             interrupt.abort();
             measured
         }
@@ -201,7 +209,10 @@ pub async fn start_target(
              apply to the embedded server only; without --target, or pass them to `isobench serve`"
         );
     }
-    Target::start(endpoint, |folder| embedded_config(folder, batching, max_batch, engine)).await
+    Target::start(endpoint, |folder| {
+        embedded_config(folder, batching, max_batch, engine)
+    })
+    .await
 }
 
 fn overrides(args: &RunArgs) -> Overrides {

@@ -74,7 +74,13 @@ pub struct Step {
 impl Stepper<'_> {
     /// Measures `level` as step `index` (file `name`), with `seed` when
     /// given (else the workload's).
-    pub async fn run(&self, index: u32, name: &str, level: Level, seed: Option<u64>) -> anyhow::Result<Step> {
+    pub async fn run(
+        &self,
+        index: u32,
+        name: &str,
+        level: Level,
+        seed: Option<u64>,
+    ) -> anyhow::Result<Step> {
         let mut workload = self.workload.clone();
         let mut overrides = Overrides {
             duration: Some(self.duration),
@@ -93,7 +99,12 @@ impl Stepper<'_> {
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("cannot create the folder {}", self.dir.display()))?;
         let path = self.dir.join(format!("{name}.json"));
-        eprintln!("{} {index}: {} for {}", self.kind_name(), level.describe(), humantime::format_duration(self.duration));
+        eprintln!(
+            "{} {index}: {} for {}",
+            self.kind_name(),
+            level.describe(),
+            humantime::format_duration(self.duration)
+        );
         let options = MeasureOptions {
             slos: self.slos,
             max_error_rate: self.max_error_rate,
@@ -103,7 +114,15 @@ impl Stepper<'_> {
             cancel: self.cancel.clone(),
             steady_state: true,
         };
-        let measured = measure(self.args, self.target, self.endpoint, &workload, self.workload_file, options).await?;
+        let measured = measure(
+            self.args,
+            self.target,
+            self.endpoint,
+            &workload,
+            self.workload_file,
+            options,
+        )
+        .await?;
         let mut report = measured.report;
         report.step = Some(StepMeta {
             kind: self.kind,

@@ -47,7 +47,12 @@ pub struct SweepArgs {
     rates: Vec<f64>,
 
     /// Closed-loop concurrencies, one step each: `1,4,16,64`.
-    #[arg(long, value_name = "LIST", value_delimiter = ',', conflicts_with = "auto")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        conflicts_with = "auto"
+    )]
     concurrency: Vec<usize>,
 
     /// Find the levels: the synchronous rate and the saturation throughput
@@ -113,9 +118,10 @@ pub async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| default_dir("sweep", workload.name()));
     precheck::writable("--output-dir", &dir.join("sweep.html"))?;
-    let series = dir
-        .file_name()
-        .map_or_else(|| workload.name().to_owned(), |n| n.to_string_lossy().into_owned());
+    let series = dir.file_name().map_or_else(
+        || workload.name().to_owned(),
+        |n| n.to_string_lossy().into_owned(),
+    );
 
     let target = start_target(&args.endpoint, args.batching, None, &args.engine).await?;
     let result = match Endpoint::connect(&args.endpoint, &workload, &target).await {
@@ -158,27 +164,48 @@ pub async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
     let refs: Vec<&NamedReport> = named.iter().collect();
     print!("{}", tables::sweep(&refs).text());
     let page = dir.join("sweep.html");
-    std::fs::write(&page, html::page(&named)).with_context(|| format!("cannot write {}", page.display()))?;
-    eprintln!("steps: {}/step-*.json; table and curve: {}", dir.display(), page.display());
-    Ok(if interrupted { ExitCode::from(130) } else { ExitCode::SUCCESS })
+    std::fs::write(&page, html::page(&named))
+        .with_context(|| format!("cannot write {}", page.display()))?;
+    eprintln!(
+        "steps: {}/step-*.json; table and curve: {}",
+        dir.display(),
+        page.display()
+    );
+    Ok(if interrupted {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Runs the steps the flags ask for; returns them and whether Ctrl-C cut the sweep.
 async fn run_steps(args: &SweepArgs, stepper: &Stepper<'_>) -> anyhow::Result<(Vec<Step>, bool)> {
     let mut steps: Vec<Step> = Vec::new();
     let mut levels: Vec<Level> = if args.auto {
-        vec![Level::Concurrency(1), Level::Concurrency(args.max_concurrency)]
+        vec![
+            Level::Concurrency(1),
+            Level::Concurrency(args.max_concurrency),
+        ]
     } else if args.concurrency.is_empty() {
         args.rates.iter().map(|&r| Level::Rate(r)).collect()
     } else {
-        args.concurrency.iter().map(|&c| Level::Concurrency(c)).collect()
+        args.concurrency
+            .iter()
+            .map(|&c| Level::Concurrency(c))
+            .collect()
     };
     let mut next = 0;
     while next < levels.len() {
         let index = steps.len() as u32;
-        let step = stepper.run(index, &format!("step-{index:02}"), levels[next], args.seed).await?;
+        let step = stepper
+            .run(index, &format!("step-{index:02}"), levels[next], args.seed)
+            .await?;
         let interrupted = step.interrupted;
-        let saturated = step.report.steady_state.as_ref().is_some_and(|s| s.saturation.saturated);
+        let saturated = step
+            .report
+            .steady_state
+            .as_ref()
+            .is_some_and(|s| s.saturation.saturated);
         steps.push(step);
         if interrupted {
             return Ok((steps, true));
@@ -187,7 +214,10 @@ async fn run_steps(args: &SweepArgs, stepper: &Stepper<'_>) -> anyhow::Result<(V
         if args.auto && next == 2 {
             levels.extend(auto_rates(&steps[0], &steps[1], args.steps));
         } else if args.auto && next > 2 && saturated {
-            eprintln!("saturated at {}: stopping the sweep", levels[next - 1].describe());
+            eprintln!(
+                "saturated at {}: stopping the sweep",
+                levels[next - 1].describe()
+            );
             break;
         }
     }
@@ -200,11 +230,11 @@ async fn run_steps(args: &SweepArgs, stepper: &Stepper<'_>) -> anyhow::Result<(V
 fn auto_rates(synchronous: &Step, saturation: &Step, count: u32) -> Vec<Level> {
     let rate = |step: &Step| tables::step_summary(&step.report).throughput.requests_per_s;
     let (low, high) = (rate(synchronous), rate(saturation));
-    eprintln!(
-        "synchronous rate {low:.3} req/s, saturation throughput {high:.3} req/s"
-    );
+    eprintln!("synchronous rate {low:.3} req/s, saturation throughput {high:.3} req/s");
     if !(low > 0.0 && high > low) {
-        eprintln!("the saturation throughput is not above the synchronous rate: no rate steps between them");
+        eprintln!(
+            "the saturation throughput is not above the synchronous rate: no rate steps between them"
+        );
         return Vec::new();
     }
     (1..=count)

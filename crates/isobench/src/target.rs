@@ -13,8 +13,12 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use isobench_api::SamplingParams;
 use isobench_loadgen::{HttpBackend, HttpBackendConfig, LoadgenError};
-use isobench_server::config::{DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_WAIT};
-use isobench_server::{BatchingConfig, BatchingKind, EngineArgs, Server, ServerConfig, ServerHandle};
+use isobench_server::config::{
+    DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_WAIT,
+};
+use isobench_server::{
+    BatchingConfig, BatchingKind, EngineArgs, Server, ServerConfig, ServerHandle,
+};
 use isobench_workload::Workload;
 
 use crate::default_model::{DEFAULT_SERVER_MODEL, resolve_model_folder};
@@ -127,7 +131,10 @@ pub enum Target {
 
 impl Target {
     /// `--target`, or else the embedded server `config` describes.
-    pub async fn start(args: &EndpointArgs, embedded: impl FnOnce(&Path) -> ServerConfig) -> anyhow::Result<Self> {
+    pub async fn start(
+        args: &EndpointArgs,
+        embedded: impl FnOnce(&Path) -> ServerConfig,
+    ) -> anyhow::Result<Self> {
         if let Some(url) = &args.target {
             return Ok(Target::External(url.clone()));
         }
@@ -138,7 +145,10 @@ impl Target {
     /// Starts the embedded server of `config` (whose model is `folder`).
     pub async fn embedded(config: ServerConfig, folder: PathBuf) -> anyhow::Result<Self> {
         let batching = describe_batching(&config.batching);
-        eprintln!("no --target: starting the embedded server ({}, {batching})", folder.display());
+        eprintln!(
+            "no --target: starting the embedded server ({}, {batching})",
+            folder.display()
+        );
         let server = Server::start(config)
             .await
             .with_context(|| format!("starting the embedded server for {}", folder.display()))?;
@@ -187,12 +197,19 @@ impl Target {
 /// The batching policy in words: `continuous batching (64 sequences)`.
 pub fn describe_batching(batching: &BatchingConfig) -> String {
     match *batching {
-        BatchingConfig::Static { max_batch_size } => format!("static batching (max batch {max_batch_size})"),
-        BatchingConfig::Dynamic { max_batch_size, max_wait } => format!(
+        BatchingConfig::Static { max_batch_size } => {
+            format!("static batching (max batch {max_batch_size})")
+        }
+        BatchingConfig::Dynamic {
+            max_batch_size,
+            max_wait,
+        } => format!(
             "dynamic batching (max batch {max_batch_size}, max wait {} ms)",
             max_wait.as_millis()
         ),
-        BatchingConfig::Continuous { max_num_seqs, .. } => format!("continuous batching (max {max_num_seqs} sequences)"),
+        BatchingConfig::Continuous { max_num_seqs, .. } => {
+            format!("continuous batching (max {max_num_seqs} sequences)")
+        }
     }
 }
 
@@ -206,7 +223,11 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// Builds the HTTP backend for `workload` and checks the endpoint.
-    pub async fn connect(args: &EndpointArgs, workload: &Workload, target: &Target) -> anyhow::Result<Self> {
+    pub async fn connect(
+        args: &EndpointArgs,
+        workload: &Workload,
+        target: &Target,
+    ) -> anyhow::Result<Self> {
         let tokenizer = args
             .tokenizer
             .clone()
@@ -228,7 +249,9 @@ impl Endpoint {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         config.extra_body = workload.extra_body().clone();
-        config.api_key = std::env::var(&api_key_env).ok().filter(|key| !key.is_empty());
+        config.api_key = std::env::var(&api_key_env)
+            .ok()
+            .filter(|key| !key.is_empty());
         config.timeout = args.timeout.unwrap_or_else(|| workload.timeout());
         config.max_event_bytes = args.max_event_bytes;
         config.http2 = args.http2;
@@ -247,7 +270,9 @@ impl Endpoint {
         let model = match (&args.model, target) {
             (Some(model), _) => model.clone(),
             (None, Target::Embedded { server, .. }) => server.model_name().to_owned(),
-            (None, Target::External(_)) => only_listed_model(HttpBackend::new(config.clone())?).await?,
+            (None, Target::External(_)) => {
+                only_listed_model(HttpBackend::new(config.clone())?).await?
+            }
         };
         config.model = model.clone();
         let backend = HttpBackend::new(config)?;

@@ -30,14 +30,30 @@ max_requests = 18
     let output = Command::new(env!("CARGO_BIN_EXE_isobench"))
         .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
         .args(["run", workload.to_str().unwrap(), "--quiet"])
-        .args(["--server-model", "models/tiny-llama", "--batching", "continuous"])
-        .args(["--scrape-interval", "20ms", "-o", report_path.to_str().unwrap()])
+        .args([
+            "--server-model",
+            "models/tiny-llama",
+            "--batching",
+            "continuous",
+        ])
+        .args([
+            "--scrape-interval",
+            "20ms",
+            "-o",
+            report_path.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let report = Report::read_json(&report_path).unwrap();
     assert_eq!(report.summary.requests.completed, 18);
-    let server = report.server_metrics.expect("the embedded server's /metrics was scraped");
+    let server = report
+        .server_metrics
+        .expect("the embedded server's /metrics was scraped");
     assert_eq!(server.source, "isobench");
     assert!(server.url.ends_with("/metrics"), "{}", server.url);
     assert!(server.t_s.len() >= 3, "{:?}", server.t_s);
@@ -49,9 +65,29 @@ max_requests = 18
     // holding KV blocks, and steps of several sequences.
     let peak = server.running.iter().flatten().copied().fold(0.0, f64::max);
     assert!(peak >= 2.0, "{:?}", server.running);
-    assert!(server.kv_usage.iter().flatten().any(|&kv| kv > 0.0 && kv <= 1.0), "{:?}", server.kv_usage);
-    assert!(server.batch_size.iter().flatten().any(|&b| b > 1.0), "{:?}", server.batch_size);
-    assert!(report.run.server.as_deref().is_some_and(|s| s.contains("continuous batching")), "{:?}", report.run.server);
+    assert!(
+        server
+            .kv_usage
+            .iter()
+            .flatten()
+            .any(|&kv| kv > 0.0 && kv <= 1.0),
+        "{:?}",
+        server.kv_usage
+    );
+    assert!(
+        server.batch_size.iter().flatten().any(|&b| b > 1.0),
+        "{:?}",
+        server.batch_size
+    );
+    assert!(
+        report
+            .run
+            .server
+            .as_deref()
+            .is_some_and(|s| s.contains("continuous batching")),
+        "{:?}",
+        report.run.server
+    );
     // Each measured request has its sample.
     assert_eq!(report.samples.unwrap().len(), 18);
 }

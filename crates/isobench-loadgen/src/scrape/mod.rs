@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::LoadgenError;
 pub use prometheus::{Exposition, Series};
@@ -42,17 +42,22 @@ pub fn metrics_url(target: &str) -> String {
 /// nothing the caller reads.
 pub type Reduce<R> = Arc<dyn Fn(&Exposition) -> Option<R> + Send + Sync>;
 
-/// A running scraper of one URL; see the module docs.
+/// A running scraper of one URL; see the module docs. Dropping it stops
+/// the scraping task.
 pub struct Scraper<R> {
     url: String,
     first: (Instant, R),
-    stop: CancellationToken,
+    stop: DropGuard,
     task: JoinHandle<Vec<(Instant, R)>>,
 }
 
 impl<R: Send + 'static> Scraper<R> {
     /// Scrapes `url` once, and then every `interval` in the background.
-    pub async fn start(url: &str, interval: Duration, reduce: Reduce<R>) -> Result<Self, LoadgenError> {
+    pub async fn start(
+        url: &str,
+        interval: Duration,
+        reduce: Reduce<R>,
+    ) -> Result<Self, LoadgenError> {
         let failed = |reason: String| LoadgenError::Scrape {
             url: url.to_owned(),
             reason,
@@ -62,9 +67,8 @@ impl<R: Send + 'static> Scraper<R> {
             .build()
             .map_err(|e| LoadgenError::Client(e.to_string()))?;
         let page = fetch(&client, url).await.map_err(failed)?;
-        let first = reduce(&page).ok_or_else(|| {
-            failed("the page has none of the metrics isobench reads".to_owned())
-        })?;
+        let first = reduce(&page)
+            .ok_or_else(|| failed("the page has none of the metrics isobench reads".to_owned()))?;
         let stop = CancellationToken::new();
         let task = tokio::spawn(scrape_until(
             client,
@@ -76,7 +80,7 @@ impl<R: Send + 'static> Scraper<R> {
         Ok(Self {
             url: url.to_owned(),
             first: (Instant::now(), first),
-            stop,
+            stop: stop.drop_guard(),
             task,
         })
     }
@@ -88,7 +92,7 @@ impl<R: Send + 'static> Scraper<R> {
     /// Stops scraping, after one last scrape, and returns every scrape in
     /// time order (the first one included).
     pub async fn finish(self) -> Vec<(Instant, R)> {
-        self.stop.cancel();
+        drop(self.stop);
         let mut scrapes = vec![self.first];
         scrapes.extend(self.task.await.unwrap_or_default());
         scrapes

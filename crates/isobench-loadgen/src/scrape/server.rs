@@ -81,9 +81,9 @@ pub struct ServerSample {
 impl ServerSample {
     /// The server view of a page; `None` when it has none of the names.
     pub fn of(page: &Exposition) -> Option<Self> {
-        let names = FLAVOURS
-            .iter()
-            .find(|names| page.value(names.running).is_some() || page.value(names.waiting).is_some())?;
+        let names = FLAVOURS.iter().find(|names| {
+            page.value(names.running).is_some() || page.value(names.waiting).is_some()
+        })?;
         let mut kv_usage = names.kv_usage.iter().find_map(|name| page.mean(name));
         if names.flavour == ServerFlavour::Isobench {
             kv_usage = page
@@ -125,13 +125,21 @@ mod tests {
         );
         let s = ServerSample::of(&vllm).unwrap();
         assert_eq!(s.flavour, ServerFlavour::Vllm);
-        assert_eq!((s.running, s.waiting, s.kv_usage), (Some(5.0), Some(7.0), Some(0.25)));
+        assert_eq!(
+            (s.running, s.waiting, s.kv_usage),
+            (Some(5.0), Some(7.0), Some(0.25))
+        );
 
         let tgi = Exposition::parse("tgi_queue_size 4\ntgi_batch_current_size 8\n");
         let s = ServerSample::of(&tgi).unwrap();
-        assert_eq!((s.flavour, s.running, s.waiting, s.kv_usage), (ServerFlavour::Tgi, Some(8.0), Some(4.0), None));
+        assert_eq!(
+            (s.flavour, s.running, s.waiting, s.kv_usage),
+            (ServerFlavour::Tgi, Some(8.0), Some(4.0), None)
+        );
 
-        let sglang = Exposition::parse("sglang:num_running_reqs 2\nsglang:num_queue_reqs 0\nsglang:token_usage 0.5\n");
+        let sglang = Exposition::parse(
+            "sglang:num_running_reqs 2\nsglang:num_queue_reqs 0\nsglang:token_usage 0.5\n",
+        );
         assert_eq!(ServerSample::of(&sglang).unwrap().kv_usage, Some(0.5));
 
         let isobench = |steps: u64, sum: u64| {
@@ -147,6 +155,9 @@ mod tests {
         assert_eq!(late.mean_batch_since(&early), Some(4.0));
         assert_eq!(early.mean_batch_since(&early), None);
 
-        assert_eq!(ServerSample::of(&Exposition::parse("process_cpu_seconds_total 1\n")), None);
+        assert_eq!(
+            ServerSample::of(&Exposition::parse("process_cpu_seconds_total 1\n")),
+            None
+        );
     }
 }

@@ -130,7 +130,9 @@ pub fn report_with_samples(seed: u64, ttft_scale: f64) -> Report {
         running: (0..n).map(|k| Some((k % 6) as f64 + 1.0)).collect(),
         waiting: (0..n).map(|k| Some((k / 8) as f64)).collect(),
         kv_usage: (0..n).map(|k| Some(k as f64 / n as f64)).collect(),
-        batch_size: std::iter::once(None).chain((1..n).map(|k| Some((k % 5) as f64 + 1.0))).collect(),
+        batch_size: std::iter::once(None)
+            .chain((1..n).map(|k| Some((k % 5) as f64 + 1.0)))
+            .collect(),
         t_s,
     });
     report
@@ -142,7 +144,8 @@ pub fn sweep_steps(series: &str) -> Vec<Report> {
     use isobench_report::{SteadyState, StepKind, StepMeta};
     (0..4u32)
         .map(|index| {
-            let mut report = report_with_samples(11 + u64::from(index), 1.0 + f64::from(index) * 0.3);
+            let mut report =
+                report_with_samples(11 + u64::from(index), 1.0 + f64::from(index) * 0.3);
             let samples = report.samples.as_ref().unwrap().0.clone();
             let window = SteadyWindow::of(&samples, Duration::ZERO).unwrap();
             let mut summary = report.summary.clone();

@@ -163,11 +163,21 @@ impl Configuration {
 
 fn check(args: &PlanArgs) -> anyhow::Result<()> {
     let external = args.endpoint.target.is_some();
-    if external && (!args.batching.is_empty() || !args.max_batch_size.is_empty() || !args.kv_blocks.is_empty() || args.device.is_some()) {
-        bail!("--batching, --max-batch-size, --kv-blocks and --device vary the embedded server: leave out --target to use them");
+    if external
+        && (!args.batching.is_empty()
+            || !args.max_batch_size.is_empty()
+            || !args.kv_blocks.is_empty()
+            || args.device.is_some())
+    {
+        bail!(
+            "--batching, --max-batch-size, --kv-blocks and --device vary the embedded server: leave out --target to use them"
+        );
     }
     if !(0.0..1.0).contains(&args.headroom) {
-        bail!("--headroom {}: expected a share in [0, 1), e.g. 0.2 to keep 20% of each replica free", args.headroom);
+        bail!(
+            "--headroom {}: expected a share in [0, 1), e.g. 0.2 to keep 20% of each replica free",
+            args.headroom
+        );
     }
     if args.target_rps.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
         bail!("--target-rps: expected a rate in requests/s > 0");
@@ -176,7 +186,10 @@ fn check(args: &PlanArgs) -> anyhow::Result<()> {
         bail!("--start-rate: expected a rate in requests/s > 0");
     }
     if !(args.tolerance > 0.0 && args.tolerance < 1.0) {
-        bail!("--tolerance {}: expected a share in (0, 1), e.g. 0.1", args.tolerance);
+        bail!(
+            "--tolerance {}: expected a share in (0, 1), e.g. 0.1",
+            args.tolerance
+        );
     }
     if args.trials == 0 || args.max_trials < 2 {
         bail!("--trials must be >= 1 and --max-trials >= 2");
@@ -192,7 +205,9 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let workload = Workload::from_file(&args.workload)?;
     let slos = Slos::collect(&workload, &args.slo)?;
     if slos.all.is_empty() {
-        bail!("plan needs SLOs: pass --slo ttft_p99=500ms,tpot_p99=50ms (or give the workload an [slo] table)");
+        bail!(
+            "plan needs SLOs: pass --slo ttft_p99=500ms,tpot_p99=50ms (or give the workload an [slo] table)"
+        );
     }
     let dir = args
         .output_dir
@@ -206,7 +221,16 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let mut planned = Vec::new();
     let mut reports = Vec::new();
     for configuration in &configurations {
-        let (plan, mut trials) = plan_one(&args, &workload, &slos, &dir, *configuration, external, &cancel).await?;
+        let (plan, mut trials) = plan_one(
+            &args,
+            &workload,
+            &slos,
+            &dir,
+            *configuration,
+            external,
+            &cancel,
+        )
+        .await?;
         planned.push(plan);
         reports.append(&mut trials);
         if cancel.is_cancelled() {
@@ -217,14 +241,22 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let best = planned
         .iter()
         .filter(|p| p.capacity_rps.is_some())
-        .max_by(|a, b| a.goodput_rps.unwrap_or(0.0).total_cmp(&b.goodput_rps.unwrap_or(0.0)))
+        .max_by(|a, b| {
+            a.goodput_rps
+                .unwrap_or(0.0)
+                .total_cmp(&b.goodput_rps.unwrap_or(0.0))
+        })
         .map(|p| p.name.clone());
     let result = PlanResult {
         kind: PLAN_KIND.to_owned(),
         schema_version: SCHEMA_VERSION,
         tool_version: TOOL_VERSION.to_owned(),
         workload: workload.name().to_owned(),
-        target: args.endpoint.target.clone().unwrap_or_else(|| "embedded".to_owned()),
+        target: args
+            .endpoint
+            .target
+            .clone()
+            .unwrap_or_else(|| "embedded".to_owned()),
         slos: slos.all.iter().map(ToString::to_string).collect(),
         target_rps: args.target_rps,
         headroom: args.headroom,
@@ -236,22 +268,43 @@ pub async fn plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     };
     print!("{}", render(&result));
     let json = serde_json::to_string_pretty(&result).context("plan.json")? + "\n";
-    std::fs::write(dir.join("plan.json"), json).with_context(|| format!("cannot write {}", dir.join("plan.json").display()))?;
-    std::fs::write(dir.join("plan.html"), html::page(&reports)).with_context(|| format!("cannot write {}", dir.join("plan.html").display()))?;
-    eprintln!("plan: {} (trials beside it, curves in plan.html)", dir.join("plan.json").display());
-    Ok(if cancel.is_cancelled() { ExitCode::from(130) } else { ExitCode::SUCCESS })
+    std::fs::write(dir.join("plan.json"), json)
+        .with_context(|| format!("cannot write {}", dir.join("plan.json").display()))?;
+    std::fs::write(dir.join("plan.html"), html::page(&reports))
+        .with_context(|| format!("cannot write {}", dir.join("plan.html").display()))?;
+    eprintln!(
+        "plan: {} (trials beside it, curves in plan.html)",
+        dir.join("plan.json").display()
+    );
+    Ok(if cancel.is_cancelled() {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn configurations(args: &PlanArgs) -> Vec<Configuration> {
-    let batching = if args.batching.is_empty() { vec![BatchingKind::Continuous] } else { args.batching.clone() };
+    let batching = if args.batching.is_empty() {
+        vec![BatchingKind::Continuous]
+    } else {
+        args.batching.clone()
+    };
     let or_default = |values: &[u32]| -> Vec<Option<u32>> {
-        if values.is_empty() { vec![None] } else { values.iter().copied().map(Some).collect() }
+        if values.is_empty() {
+            vec![None]
+        } else {
+            values.iter().copied().map(Some).collect()
+        }
     };
     let mut all = Vec::new();
     for &batching in &batching {
         for &max_batch in &or_default(&args.max_batch_size) {
             for &kv_blocks in &or_default(&args.kv_blocks) {
-                all.push(Configuration { batching, max_batch, kv_blocks });
+                all.push(Configuration {
+                    batching,
+                    max_batch,
+                    kv_blocks,
+                });
             }
         }
     }
@@ -273,7 +326,10 @@ async fn plan_one(
     let slug = configuration.slug(external);
     eprintln!("searching {name}");
     let target = if external {
-        Target::start(&args.endpoint, |_| unreachable!("an external target starts no server")).await?
+        Target::start(&args.endpoint, |_| {
+            unreachable!("an external target starts no server")
+        })
+        .await?
     } else {
         let folder = crate::default_model::resolve_model_folder(&args.endpoint.server_model)?;
         let engine = EngineArgs {
@@ -281,7 +337,12 @@ async fn plan_one(
             kv_blocks: configuration.kv_blocks,
             ..EngineArgs::default()
         };
-        let config = embedded_config(&folder, configuration.batching, configuration.max_batch, &engine);
+        let config = embedded_config(
+            &folder,
+            configuration.batching,
+            configuration.max_batch,
+            &engine,
+        );
         Target::embedded(config, folder).await?
     };
     let searched = match Endpoint::connect(&args.endpoint, workload, &target).await {
@@ -311,7 +372,11 @@ async fn plan_one(
     target.stop().await;
     let (result, trials, reports) = searched?;
     let goodput_at = |rate: f64| {
-        let values: Vec<f64> = trials.iter().filter(|t| t.rate == rate).filter_map(|t| t.goodput_rps).collect();
+        let values: Vec<f64> = trials
+            .iter()
+            .filter(|t| t.rate == rate)
+            .filter_map(|t| t.goodput_rps)
+            .collect();
         (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
     };
     let plan = ConfigurationPlan {
@@ -323,7 +388,9 @@ async fn plan_one(
         replicas: args
             .target_rps
             .zip(result.lower)
-            .and_then(|(target, capacity)| ConfigurationPlan::replicas_for(target, capacity, args.headroom)),
+            .and_then(|(target, capacity)| {
+                ConfigurationPlan::replicas_for(target, capacity, args.headroom)
+            }),
         converged: result.converged,
         trials,
     };
@@ -332,7 +399,12 @@ async fn plan_one(
 
 type Searched = (search::SearchResult, Vec<TrialRecord>, Vec<NamedReport>);
 
-async fn run_search(args: &PlanArgs, workload: &Workload, stepper: &Stepper<'_>, slug: &str) -> anyhow::Result<Searched> {
+async fn run_search(
+    args: &PlanArgs,
+    workload: &Workload,
+    stepper: &Stepper<'_>,
+    slug: &str,
+) -> anyhow::Result<Searched> {
     let settings = SearchSettings {
         start_rate: args.start_rate.or(workload_rate(workload)).unwrap_or(1.0),
         tolerance: args.tolerance,
@@ -350,7 +422,9 @@ async fn run_search(args: &PlanArgs, workload: &Workload, stepper: &Stepper<'_>,
             }
             let index = records.borrow().len() as u32;
             let name = format!("trial-{index:02}");
-            let step = stepper.run(index, &name, Level::Rate(rate), Some(seed)).await?;
+            let step = stepper
+                .run(index, &name, Level::Rate(rate), Some(seed))
+                .await?;
             let (passed, reasons) = judge(&step.report);
             let summary = isobench_report::tables::step_summary(&step.report);
             eprintln!(
@@ -398,7 +472,10 @@ fn workload_rate(workload: &Workload) -> Option<f64> {
 /// window, the endpoint not saturated, the run valid.
 fn judge(report: &Report) -> (bool, Vec<String>) {
     let Some(steady) = &report.steady_state else {
-        return (false, vec!["too few requests for a steady window".to_owned()]);
+        return (
+            false,
+            vec!["too few requests for a steady window".to_owned()],
+        );
     };
     let mut reasons = Vec::new();
     for slo in steady.summary.slos.iter().filter(|s| !s.passed) {
@@ -408,15 +485,29 @@ fn judge(report: &Report) -> (bool, Vec<String>) {
         });
     }
     reasons.extend(steady.saturation.reasons.iter().cloned());
-    reasons.extend(report.validity.reasons.iter().map(|r| format!("invalid run: {r}")));
+    reasons.extend(
+        report
+            .validity
+            .reasons
+            .iter()
+            .map(|r| format!("invalid run: {r}")),
+    );
     (reasons.is_empty(), reasons)
 }
 
 fn render(result: &PlanResult) -> String {
     let mut table = Table {
-        headers: ["configuration", "capacity req/s", "bracket", "goodput req/s", "replicas", "trials", "converged"]
-            .map(str::to_owned)
-            .to_vec(),
+        headers: [
+            "configuration",
+            "capacity req/s",
+            "bracket",
+            "goodput req/s",
+            "replicas",
+            "trials",
+            "converged",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
         rows: Vec::new(),
     };
     for c in &result.configurations {
@@ -440,9 +531,17 @@ fn render(result: &PlanResult) -> String {
     );
     out.push_str(&table.text());
     if let Some(best) = &result.best {
-        out.push_str(&format!("\nmost SLO-meeting throughput per replica: {best}\n"));
+        out.push_str(&format!(
+            "\nmost SLO-meeting throughput per replica: {best}\n"
+        ));
     }
-    if let (Some(target), Some(best)) = (result.target_rps, result.configurations.iter().find(|c| Some(&c.name) == result.best.as_ref())) {
+    if let (Some(target), Some(best)) = (
+        result.target_rps,
+        result
+            .configurations
+            .iter()
+            .find(|c| Some(&c.name) == result.best.as_ref()),
+    ) {
         if let Some(replicas) = best.replicas {
             out.push_str(&format!(
                 "{target} req/s needs {replicas} replicas of it at {:.0}% of its capacity ({} req/s each)\n",

@@ -68,7 +68,9 @@ where
             (None, None) => settings.start_rate,
             (Some(lower), None) => lower * 2.0,
             (None, Some(upper)) => upper / 2.0,
-            (Some(lower), Some(upper)) if upper / lower - 1.0 > settings.tolerance => (lower + upper) / 2.0,
+            (Some(lower), Some(upper)) if upper / lower - 1.0 > settings.tolerance => {
+                (lower + upper) / 2.0
+            }
             (Some(lower), Some(_)) => {
                 if count(&trials, lower) < settings.trials {
                     lower
@@ -155,31 +157,60 @@ mod tests {
 
     #[tokio::test]
     async fn a_start_above_capacity_halves_down() {
-        let result = against(0.3, SearchSettings { start_rate: 8.0, ..settings() }).await;
-        assert!(result.lower.unwrap() <= 0.3 && 0.3 < result.upper.unwrap(), "{result:?}");
+        let result = against(
+            0.3,
+            SearchSettings {
+                start_rate: 8.0,
+                ..settings()
+            },
+        )
+        .await;
+        assert!(
+            result.lower.unwrap() <= 0.3 && 0.3 < result.upper.unwrap(),
+            "{result:?}"
+        );
     }
 
     #[tokio::test]
     async fn a_noisy_boundary_moves_the_lower_end_below_disagreeing_trials() {
         // Trials at 10 or above fail; between 9 and 10 every other trial fails.
         let mut n = 0u32;
-        let result = search(SearchSettings { start_rate: 8.0, ..settings() }, |rate, _| {
-            n += 1;
-            let passed = rate < 9.0 || (rate < 10.0 && n % 2 == 0);
-            async move { Ok(passed) }
-        })
+        let result = search(
+            SearchSettings {
+                start_rate: 8.0,
+                ..settings()
+            },
+            |rate, _| {
+                n += 1;
+                let passed = rate < 9.0 || (rate < 10.0 && n % 2 == 0);
+                async move { Ok(passed) }
+            },
+        )
         .await
         .unwrap();
         let (lower, upper) = (result.lower.unwrap(), result.upper.unwrap());
         assert!(result.converged, "{result:?}");
         assert!(lower < 10.0 && upper <= 10.0, "{result:?}");
         assert!(upper / lower - 1.0 <= 0.05, "{result:?}");
-        assert!(result.trials.iter().filter(|t| t.rate == lower).all(|t| t.passed));
+        assert!(
+            result
+                .trials
+                .iter()
+                .filter(|t| t.rate == lower)
+                .all(|t| t.passed)
+        );
     }
 
     #[tokio::test]
     async fn nothing_passing_ends_without_a_lower_end() {
-        let result = against(0.0, SearchSettings { max_trials: 30, ..settings() }).await;
+        let result = against(
+            0.0,
+            SearchSettings {
+                max_trials: 30,
+                ..settings()
+            },
+        )
+        .await;
         assert_eq!(result.lower, None);
         assert!(!result.converged);
     }
