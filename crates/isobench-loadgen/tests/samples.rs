@@ -27,9 +27,13 @@ async fn every_measured_request_has_a_sample_and_records_are_kept_on_request() {
         r.warmup = r.index < 2;
         r
     }));
-    let (outcome, lines) = common::run_logged(plan, common::backend(&mock.url()), RunOptions::default()).await;
+    let (outcome, lines) =
+        common::run_logged(plan, common::backend(&mock.url()), RunOptions::default()).await;
     assert_eq!(outcome.samples.len(), 10);
-    assert!(outcome.records.is_empty(), "records are kept only when asked for");
+    assert!(
+        outcome.records.is_empty(),
+        "records are kept only when asked for"
+    );
     assert_eq!(lines.len(), 12, "the log has the warm-ups too");
     let logged_ttft: Vec<f64> = lines
         .iter()
@@ -47,8 +51,15 @@ async fn every_measured_request_has_a_sample_and_records_are_kept_on_request() {
         keep_records: true,
         ..RunOptions::default()
     };
-    let outcome = run(common::closed_plan(5, 2, 4), backend, options).await.unwrap();
+    let outcome = run(common::closed_plan(5, 2, 4), backend, options)
+        .await
+        .unwrap();
     assert_eq!(outcome.records.len(), 5);
-    assert!(outcome.records.iter().all(|r| r.content_event_ns.len() == 4));
+    assert!(
+        outcome
+            .records
+            .iter()
+            .all(|r| r.content_event_ns.len() == 4)
+    );
     mock.shutdown().await;
 }

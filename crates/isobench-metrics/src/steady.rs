@@ -37,7 +37,7 @@ use crate::{Recorder, RequestRecord, RequestSample, SampleMetric, Summary};
 pub const STEADY_SKIP_FRACTION: f64 = 0.1;
 /// Completed / sent in the window below this is saturation.
 pub const COMPLETION_RATIO_MIN: f64 = 0.95;
-/// Last third's median E2E from schedule over the first third's above this
+/// Last third's median TTFT from schedule over the first third's above this
 /// is saturation.
 pub const LATENCY_GROWTH_MAX: f64 = 1.5;
 /// Sends in the window below this give no completion-ratio verdict.
@@ -140,13 +140,16 @@ impl SteadyWindow {
         };
         let early = ttfts(self.start_ns, self.start_ns + third);
         let late = ttfts(self.end_ns - third, self.end_ns);
-        let median = |values: &[f64]| (values.len() >= 5).then(|| crate::Statistic::P50.of(&mut values.to_vec()))?;
+        let median = |values: &[f64]| {
+            (values.len() >= 5).then(|| crate::Statistic::P50.of(&mut values.to_vec()))?
+        };
         let latency_growth = median(&early)
             .zip(median(&late))
             .filter(|(e, _)| *e > 0.0)
             .map(|(e, l)| l / e);
-        let growth_is_real = crate::stats::mann_whitney(&early, &late)
-            .is_some_and(|test| test.p_value < GROWTH_P_VALUE && test.candidate_lower_probability < 0.5);
+        let growth_is_real = crate::stats::mann_whitney(&early, &late).is_some_and(|test| {
+            test.p_value < GROWTH_P_VALUE && test.candidate_lower_probability < 0.5
+        });
         if let Some(growth) = latency_growth.filter(|g| *g > LATENCY_GROWTH_MAX && growth_is_real) {
             reasons.push(format!(
                 "median TTFT from schedule grew {growth:.1}x from the window's first third to its last: queueing grows without bound"
@@ -241,9 +244,14 @@ mod tests {
     #[test]
     fn a_shortfall_within_chance_is_not_saturation() {
         // 60 sends over 6 s, latencies 0.2-2.6 s: 54 end in the window.
-        let mut samples: Vec<_> = (0..=66).map(|i| sample(i * 100, 200 + (i % 7) * 400)).collect();
+        let mut samples: Vec<_> = (0..=66)
+            .map(|i| sample(i * 100, 200 + (i % 7) * 400))
+            .collect();
         samples.truncate(67);
-        let window = SteadyWindow { start_ns: 600 * MS, end_ns: 6_600 * MS };
+        let window = SteadyWindow {
+            start_ns: 600 * MS,
+            end_ns: 6_600 * MS,
+        };
         let s = window.saturation(&samples);
         assert!(s.completion_ratio.unwrap() < COMPLETION_RATIO_MIN, "{s:?}");
         assert!(!s.saturated, "{s:?}");

@@ -179,7 +179,11 @@ impl StatisticComparison {
                 1.0 + d.upper
             ),
             Outcome::Judged(d) if d.significant() => {
-                let (word, sign) = if d.relative < 0.0 { ("lower", -1.0) } else { ("higher", 1.0) };
+                let (word, sign) = if d.relative < 0.0 {
+                    ("lower", -1.0)
+                } else {
+                    ("higher", 1.0)
+                };
                 let (a, b) = ordered(sign * d.lower * 100.0, sign * d.upper * 100.0);
                 format!(
                     "{candidate}'s {figure} is {:.0}% {word}, 95% CI {}-{}%, significant",
@@ -304,7 +308,11 @@ mod tests {
             statistic: Statistic::P99,
             baseline_ms: Some(100.0),
             candidate_ms: Some(100.0 * (1.0 + relative)),
-            outcome: Outcome::Judged(Difference { relative, lower, upper }),
+            outcome: Outcome::Judged(Difference {
+                relative,
+                lower,
+                upper,
+            }),
         }
     }
 
@@ -323,10 +331,16 @@ mod tests {
             "B's p99 TTFT is 3.2x the baseline's, 95% CI 2.9-3.5x, significant"
         );
         let few = StatisticComparison {
-            outcome: Outcome::TooFewSamples { have: 200, needed: 381 },
+            outcome: Outcome::TooFewSamples {
+                have: 200,
+                needed: 381,
+            },
             ..judged(0.0, 0.0, 0.0)
         };
-        assert_eq!(few.verdict("TTFT", "B"), "p99 TTFT: too few samples (200, 381 needed for 95%), not judged");
+        assert_eq!(
+            few.verdict("TTFT", "B"),
+            "p99 TTFT: too few samples (200, 381 needed for 95%), not judged"
+        );
         assert!(!few.significant());
     }
 }

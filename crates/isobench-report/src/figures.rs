@@ -6,9 +6,10 @@
 //!   it was sent; the offered (scheduled), achieved (sent) and completed
 //!   requests per second; and, when the endpoint's metrics were scraped,
 //!   the server's running and waiting requests, mean batch and KV cache use;
-//! - **sweep curves**: for each sweep or search (reports sharing a
-//!   `step.series`), p50 and p99 TTFT and p99 TPOT against the achieved
-//!   throughput of each step's steady window;
+//! - **sweep curves**: for each sweep (reports sharing a `step.series`),
+//!   p50 and p99 TTFT and p99 TPOT against the achieved throughput of each
+//!   step's steady window; for a capacity search, each trial's against its
+//!   offered rate;
 //! - **runs side by side**: p50 and p99 TTFT, TPOT and E2E, and output
 //!   tokens/s, one bar per run (batching strategies, endpoints, days).
 
@@ -18,6 +19,7 @@ use isobench_metrics::{LatencyStats, SampleMetric};
 
 use crate::plot::{self, Mark, Panel, Series};
 use crate::server_view::ServerMetrics;
+use crate::step::StepKind;
 use crate::tables::{NamedReport, step_summary};
 
 /// One plot of the page.
@@ -108,41 +110,65 @@ fn cdfs(runs: &[NamedReport]) -> Vec<Figure> {
 }
 
 fn sweeps(runs: &[NamedReport]) -> Vec<Figure> {
-    let mut series: BTreeMap<&str, Vec<&NamedReport>> = BTreeMap::new();
-    for run in runs {
-        if let Some(step) = &run.report.step {
-            series.entry(step.series.as_str()).or_default().push(run);
+    let mut figures = Vec::new();
+    for kind in [StepKind::Sweep, StepKind::Plan] {
+        let mut series: BTreeMap<&str, Vec<&NamedReport>> = BTreeMap::new();
+        for run in runs {
+            if let Some(step) = run.report.step.as_ref().filter(|s| s.kind == kind) {
+                series.entry(step.series.as_str()).or_default().push(run);
+            }
+        }
+        let curves: Vec<(&str, Vec<&NamedReport>)> = series
+            .into_iter()
+            .filter(|(_, steps)| steps.len() >= 2)
+            .map(|(name, mut steps)| {
+                steps.sort_by(|a, b| x_of(kind, a).total_cmp(&x_of(kind, b)));
+                (name, steps)
+            })
+            .collect();
+        if !curves.is_empty() {
+            figures.push(curve_figure(kind, &curves));
         }
     }
-    let curves: Vec<(&str, Vec<&NamedReport>)> = series
-        .into_iter()
-        .filter(|(_, steps)| steps.len() >= 2)
-        .map(|(name, mut steps)| {
-            steps.sort_by(|a, b| {
-                let x = |r: &NamedReport| step_summary(&r.report).throughput.requests_per_s;
-                x(a).total_cmp(&x(b))
-            });
-            (name, steps)
-        })
-        .collect();
-    if curves.is_empty() {
-        return Vec::new();
+    figures
+}
+
+/// A step's place on the x axis: a sweep's achieved throughput (its
+/// curve), a plan trial's offered rate (trials at one rate differ).
+fn x_of(kind: StepKind, run: &NamedReport) -> f64 {
+    match (kind, run.report.step.as_ref().and_then(|s| s.rate)) {
+        (StepKind::Plan, Some(rate)) => rate,
+        _ => step_summary(&run.report).throughput.requests_per_s,
     }
-    let x_label = "achieved requests/s (steady window)";
-    let mut ttft = Panel::new("TTFT against throughput", x_label, "TTFT ms");
-    let mut tpot = Panel::new("TPOT against throughput", x_label, "TPOT p99 ms");
+}
+
+fn curve_figure(kind: StepKind, curves: &[(&str, Vec<&NamedReport>)]) -> Figure {
+    let (x_label, mark, id, title, caption) = match kind {
+        StepKind::Sweep => (
+            "achieved requests/s (steady window)",
+            Mark::LineAndDots,
+            "sweep",
+            "Throughput against latency",
+            "One point per load step, from its steady window (ramp-up and drain left out): where the curve turns up, queueing starts; a step whose throughput stops growing while latency climbs is past saturation.",
+        ),
+        StepKind::Plan => (
+            "offered requests/s",
+            Mark::Markers,
+            "plan",
+            "The search's trials: latency against the offered rate",
+            "One point per trial of the capacity search, from its steady window; trials repeated at one rate show how much one measurement varies.",
+        ),
+    };
+    let mut ttft = Panel::new("TTFT", x_label, "TTFT ms");
+    let mut tpot = Panel::new("TPOT", x_label, "TPOT p99 ms");
     for (index, (name, steps)) in curves.iter().enumerate() {
         let curve = |pick: fn(&LatencyStats) -> f64, tpot: bool| -> Vec<(f64, f64)> {
             steps
                 .iter()
                 .filter_map(|run| {
-                    let summary = step_summary(&run.report);
-                    let stats = if tpot {
-                        &summary.latency.tpot
-                    } else {
-                        &summary.latency.ttft
-                    };
-                    Some((summary.throughput.requests_per_s, pick(stats.as_ref()?)))
+                    let latency = &step_summary(&run.report).latency;
+                    let stats = if tpot { &latency.tpot } else { &latency.ttft };
+                    Some((x_of(kind, run), pick(stats.as_ref()?)))
                 })
                 .collect()
         };
@@ -150,28 +176,28 @@ fn sweeps(runs: &[NamedReport]) -> Vec<Figure> {
         ttft.series.push(Series {
             label: format!("{name} p99"),
             points: curve(|s| s.p99_ms, false),
-            mark: Mark::LineAndDots,
+            mark,
             colour,
         });
         ttft.series.push(Series {
             label: format!("{name} p50"),
             points: curve(|s| s.p50_ms, false),
-            mark: Mark::LineAndDots,
+            mark,
             colour: colour + 1,
         });
         tpot.series.push(Series {
             label: format!("{name} p99"),
             points: curve(|s| s.p99_ms, true),
-            mark: Mark::LineAndDots,
+            mark,
             colour,
         });
     }
-    vec![Figure {
-        id: "sweep".to_owned(),
-        title: "Throughput against latency".to_owned(),
-        caption: "One point per load step, from its steady window (ramp-up and drain left out): where the curve turns up, queueing starts; a step whose throughput stops growing while latency climbs is past saturation.".to_owned(),
+    Figure {
+        id: id.to_owned(),
+        title: title.to_owned(),
+        caption: caption.to_owned(),
         svg: plot::xy(&[ttft, tpot]),
-    }]
+    }
 }
 
 fn side_by_side(runs: &[NamedReport]) -> Vec<Figure> {
@@ -390,7 +416,10 @@ mod tests {
         // A last bucket of half a second counts per half second; a sliver is left out.
         let rates = per_second([0.1, 1.2].into_iter(), 1.0, 1.5);
         assert_eq!(rates, vec![(0.5, 1.0), (1.25, 2.0)]);
-        assert_eq!(per_second([0.1, 1.05].into_iter(), 1.0, 1.1), vec![(0.5, 1.0)]);
+        assert_eq!(
+            per_second([0.1, 1.05].into_iter(), 1.0, 1.1),
+            vec![(0.5, 1.0)]
+        );
         assert_eq!(bucket_width(6.0), 0.25);
         assert_eq!(bucket_width(120.0), 2.0);
     }

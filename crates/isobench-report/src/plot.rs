@@ -31,8 +31,11 @@ pub fn colour(index: usize) -> RGBColor {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
     Line,
+    /// Small translucent dots (many points: every request).
     Dots,
-    /// A line with a dot at each point (few points: sweep steps).
+    /// Large dots without a line (a few points that are no curve: trials).
+    Markers,
+    /// A line with a large dot at each point (few points: sweep steps).
     LineAndDots,
 }
 
@@ -154,6 +157,11 @@ fn draw_panel(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel) -> DrawResul
                     .into_iter()
                     .map(|p| Circle::new(p, 2, colour.mix(0.6).filled())),
             )?,
+            Mark::Markers => chart.draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 4, colour.filled())),
+            )?,
             Mark::LineAndDots => {
                 chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))?;
                 chart.draw_series(
@@ -207,9 +215,7 @@ fn ranges(
 /// A number for an axis label: no more digits than it needs.
 fn short_number(value: f64) -> String {
     let magnitude = value.abs();
-    if magnitude >= 1e4 {
-        format!("{value:.0}")
-    } else if magnitude >= 10.0 {
+    if magnitude >= 10.0 {
         format!("{value:.0}")
     } else if magnitude >= 1.0 {
         format!("{value:.1}")

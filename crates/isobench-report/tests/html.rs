@@ -77,7 +77,7 @@ fn the_page_holds_every_table_and_plot_and_fetches_nothing() {
         "continuous against static",
         "waiting (queue)",
         "KV cache in use",
-        "TTFT against throughput",
+        "Throughput against latency",
     ] {
         assert!(page.contains(needle), "no {needle:?} in the page");
     }

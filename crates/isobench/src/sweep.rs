@@ -2,7 +2,8 @@
 //! `--step-duration`, each judged from its steady-state window (ramp-up and
 //! the drain of stragglers excluded; the window is in each step's report),
 //! ending in a table and a throughput-against-latency curve
-//! (`sweep.html` in the output folder, beside one report per step).
+//! (`sweep.html` in the output folder, with the curve alone as
+//! `curve.svg`, beside one report per step).
 //!
 //! Levels: `--rates 1,2,4,8` (open loop), `--concurrency 1,4,16` (closed
 //! loop), or `--auto`: a closed loop of 1 gives the synchronous rate and a
@@ -18,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
 use isobench_loadgen::ProgressMode;
-use isobench_report::{NamedReport, StepKind, format_started_at, html, tables};
+use isobench_report::{NamedReport, StepKind, figures, format_started_at, html, tables};
 use isobench_server::{BatchingKind, EngineArgs};
 use isobench_workload::Workload;
 use tokio_util::sync::CancellationToken;
@@ -166,8 +167,16 @@ pub async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
     let page = dir.join("sweep.html");
     std::fs::write(&page, html::page(&named))
         .with_context(|| format!("cannot write {}", page.display()))?;
+    if let Some(curve) = figures::figures(&named)
+        .into_iter()
+        .find(|f| f.id == "sweep")
+    {
+        let path = dir.join("curve.svg");
+        std::fs::write(&path, curve.svg)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     eprintln!(
-        "steps: {}/step-*.json; table and curve: {}",
+        "steps: {}/step-*.json; table and curve: {} (the curve alone: curve.svg)",
         dir.display(),
         page.display()
     );

@@ -187,7 +187,7 @@ async fn an_auto_sweep_finds_the_synchronous_rate_and_the_saturation_throughput(
         table.contains("step-02") && table.contains("kept up"),
         "{table}"
     );
-    assert!(out.join("sweep.html").exists());
+    assert!(out.join("sweep.html").exists() && out.join("curve.svg").exists());
     mock.shutdown().await;
 }
 

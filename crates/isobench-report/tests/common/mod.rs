@@ -2,6 +2,8 @@
 //! schedule with streamed, partly chunked answers, failures of several
 //! kinds, cancellations and warm-up, recorded by two workers and merged.
 
+#![allow(dead_code)] // each test binary uses its own subset
+
 use std::time::Duration;
 
 use isobench_metrics::{

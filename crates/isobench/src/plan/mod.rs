@@ -541,14 +541,13 @@ fn render(result: &PlanResult) -> String {
             .configurations
             .iter()
             .find(|c| Some(&c.name) == result.best.as_ref()),
-    ) {
-        if let Some(replicas) = best.replicas {
-            out.push_str(&format!(
-                "{target} req/s needs {replicas} replicas of it at {:.0}% of its capacity ({} req/s each)\n",
-                (1.0 - result.headroom) * 100.0,
-                short(best.capacity_rps.unwrap_or(0.0) * (1.0 - result.headroom))
-            ));
-        }
+    ) && let Some(replicas) = best.replicas
+    {
+        out.push_str(&format!(
+            "{target} req/s needs {replicas} replicas of it at {:.0}% of its capacity ({} req/s each)\n",
+            (1.0 - result.headroom) * 100.0,
+            short(best.capacity_rps.unwrap_or(0.0) * (1.0 - result.headroom))
+        ));
     }
     out
 }

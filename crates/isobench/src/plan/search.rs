@@ -182,7 +182,7 @@ mod tests {
             },
             |rate, _| {
                 n += 1;
-                let passed = rate < 9.0 || (rate < 10.0 && n % 2 == 0);
+                let passed = rate < 9.0 || (rate < 10.0 && n.is_multiple_of(2));
                 async move { Ok(passed) }
             },
         )
