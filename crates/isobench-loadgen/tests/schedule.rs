@@ -18,7 +18,7 @@ async fn open_loop_offsets_are_honoured() {
     let plan = open_plan(40, Duration::from_millis(5), 4);
     let (outcome, lines) = run_logged(plan, backend(&mock.url()), RunOptions::default()).await;
 
-    assert_eq!(outcome.counts.completed, 40);
+    assert_eq!(outcome.counts().completed, 40);
     for line in &lines {
         let index = line["index"].as_u64().unwrap();
         assert_eq!(line["scheduled_ns"].as_u64().unwrap(), index * 5_000_000);
@@ -46,7 +46,7 @@ async fn a_capped_open_loop_delays_requests_and_shows_the_lag() {
     plan.shape.max_concurrency = Some(1);
     let (outcome, mut lines) = run_logged(plan, backend(&mock.url()), RunOptions::default()).await;
 
-    assert_eq!(outcome.counts.completed, 5);
+    assert_eq!(outcome.counts().completed, 5);
     assert_eq!(mock.stats().peak_concurrency, 1);
     lines.sort_by_key(|l| l["index"].as_u64());
     let lag = field(&lines, "dispatch_lag_ms");
@@ -69,7 +69,7 @@ async fn a_closed_loop_keeps_its_concurrency() {
     let plan = closed_plan(60, 4, 4);
     let (outcome, lines) = run_logged(plan, backend(&mock.url()), RunOptions::default()).await;
 
-    assert_eq!(outcome.counts.completed, 60, "{:?}", error_kinds(&lines));
+    assert_eq!(outcome.counts().completed, 60, "{:?}", error_kinds(&lines));
     let stats = mock.stats();
     assert_eq!((stats.rejected, stats.peak_concurrency), (0, 4));
     // A slot's next request is scheduled when the slot frees.

@@ -203,7 +203,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let outcome = isobench_loadgen::run(plan, Arc::new(backend), options).await;
     interrupt.abort();
     let gpu = match (gpu, &outcome) {
-        (Some(probe), Ok(outcome)) => Some(probe.finish(outcome.started, outcome.window).await),
+        (Some(probe), Ok(outcome)) => Some(probe.finish(outcome.started, outcome.window()).await),
         _ => None,
     };
     let url = target.url();
