@@ -21,6 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::time::Duration;
 
+use isobench_common::precise::tighten_timer_slack;
 use isobench_metrics::RequestRecord;
 use isobench_workload::PlannedRequest;
 use tokio::sync::oneshot;
@@ -28,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::StopReason;
 use super::worker::{Job, WorkerLink};
-use crate::clock::{tighten_timer_slack, wait_until};
+use crate::clock::wait_until;
 use crate::progress::LiveCounters;
 use crate::{Backend, Clock, LoadgenError};
 
