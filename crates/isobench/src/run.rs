@@ -19,10 +19,7 @@ use isobench_loadgen::{
 };
 use isobench_metrics::{Recorder, Slo, assess_validity_with_max_error_rate};
 use isobench_report::{PromptTokenSource, Report, RunMeta, format_started_at, table};
-use isobench_server::config::{DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_WAIT};
-use isobench_server::{
-    BatchingConfig, BatchingKind, EngineArgs, Server, ServerConfig, ServerHandle,
-};
+use isobench_server::{BatchingArgs, EngineArgs, Server, ServerConfig, ServerHandle};
 use isobench_workload::{ApiKind, ArrivalKind, Overrides, PromptTokens, Workload};
 use tokio_util::sync::CancellationToken;
 
@@ -76,9 +73,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_SERVER_MODEL)]
     server_model: PathBuf,
 
-    /// Batching policy of the embedded server (used without --target).
-    #[arg(long, value_enum, default_value_t = BatchingKind::Continuous)]
-    batching: BatchingKind,
+    /// The embedded server's batching (used without --target): --batching,
+    /// --max-batch-size, --max-wait, --max-num-seqs, --max-num-batched-tokens.
+    #[command(flatten)]
+    batching: BatchingArgs,
 
     /// The embedded server's engine (used without --target): --device,
     /// --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks, --kv-memory.
@@ -325,9 +323,10 @@ enum Target {
 impl Target {
     async fn start(args: &RunArgs) -> anyhow::Result<Self> {
         if let Some(url) = &args.target {
-            if args.engine != EngineArgs::default() {
+            if args.engine != EngineArgs::default() || args.batching != BatchingArgs::default() {
                 bail!(
-                    "--device, --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks and --kv-memory \
+                    "--batching, --max-batch-size, --max-wait, --max-num-seqs, --max-num-batched-tokens, \
+                     --device, --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks and --kv-memory \
                      apply to the embedded server only; without --target, or pass them to `isobench serve`"
                 );
             }
@@ -336,21 +335,12 @@ impl Target {
         let folder = resolve_model_folder(&args.server_model)?;
         let mut config = ServerConfig::new(&folder);
         config.port = 0;
-        config.batching = match args.batching {
-            BatchingKind::Static => BatchingConfig::Static {
-                max_batch_size: DEFAULT_MAX_BATCH_SIZE,
-            },
-            BatchingKind::Dynamic => BatchingConfig::Dynamic {
-                max_batch_size: DEFAULT_MAX_BATCH_SIZE,
-                max_wait: DEFAULT_MAX_WAIT,
-            },
-            BatchingKind::Continuous => BatchingConfig::default(),
-        };
+        config.batching = args.batching.to_config()?;
         args.engine.apply(&mut config);
         eprintln!(
             "no --target: starting the embedded server ({}, {} batching)",
             folder.display(),
-            args.batching
+            args.batching.batching
         );
         let server = Server::start(config)
             .await
