@@ -155,8 +155,11 @@ pub async fn run<B: Backend>(
     let live = Arc::new(LiveCounters::default());
     let (slot_sender, slots) = concurrency_slots(plan.shape.max_concurrency);
 
-    // Preparing starts before the clock, so the first requests are ready at zero.
-    let ready = pacer::prepare_ahead(Arc::clone(&backend), plan.requests)
+    // The clock starts once the first wave is prepared: a closed loop's
+    // whole concurrency is scheduled at zero, and preparing it (a tokenizer
+    // pass per prompt) is not the client falling behind its schedule.
+    let first_wave = plan.shape.max_concurrency.unwrap_or(1);
+    let ready = pacer::prepare_ahead(Arc::clone(&backend), plan.requests, first_wave)
         .map_err(|_| LoadgenError::Thread("preparing"))?;
     let clock = Clock::start_now();
     let (links, handles): (Vec<_>, Vec<_>) = (0..worker_count)
