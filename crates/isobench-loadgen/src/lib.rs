@@ -26,7 +26,7 @@
 //! let backend = HttpBackend::new(HttpBackendConfig::new("http://127.0.0.1:8000", "my-model"))?;
 //! backend.preflight().await?;
 //! let outcome = run(plan, Arc::new(backend), RunOptions::default()).await?;
-//! println!("{} completed, {} failed", outcome.counts.completed, outcome.counts.failed);
+//! println!("{} completed, {} failed", outcome.counts().completed, outcome.counts().failed);
 //! # Ok(()) }
 //! ```
 
@@ -44,6 +44,6 @@ pub use backend::{Backend, TokenCounter};
 pub use clock::Clock;
 pub use error::LoadgenError;
 pub use openai::{HttpBackend, HttpBackendConfig};
-pub use preflight::{PreflightCheck, PreflightInfo};
+pub use preflight::PreflightCheck;
 pub use progress::{LiveGauge, ProgressMode};
-pub use run::{RunCounts, RunOptions, RunOutcome, StopReason, run};
+pub use run::{RunOptions, RunOutcome, StopReason, run};

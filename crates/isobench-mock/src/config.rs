@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use isobench_workload::Distribution;
+use isobench_common::Distribution;
 
 use crate::MockError;
 

@@ -20,6 +20,15 @@
 //! The measuring shared by `run`, `sweep` and `plan` is in [`measure`]
 //! (the target in [`target`], the scraped metrics in [`observe`]).
 //!
+//! Flags: one convention. A library that runs on its own from the command
+//! line defines its flags next to its configuration, as clap `Args`
+//! structs that turn into its validated config (`isobench-server`:
+//! `ServerArgs`, with `EngineArgs` and `BatchingArgs`; `isobench-mock`:
+//! `MockConfig`); a subcommand here flattens them and adds only the flags
+//! of its own wiring (`run`'s workload, target, overrides and outputs), so
+//! `isobench run` and `isobench serve` share one definition and one set of
+//! defaults for the embedded server.
+//!
 //! Exit codes: 0 success; 1 an SLO given on the command line was missed;
 //! 2 an error (bad input, an output that cannot be written, unreachable
 //! endpoint); 3 the run is invalid for its errors (`--max-error-rate`);

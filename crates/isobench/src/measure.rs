@@ -67,7 +67,7 @@ pub async fn measure(
     let outcome = isobench_loadgen::run(plan, Arc::clone(&endpoint.backend), run_options).await;
     let observed = match (observer, &outcome) {
         (Some(observer), Ok(outcome)) => {
-            Some(observer.finish(outcome.started, outcome.window).await)
+            Some(observer.finish(outcome.started, outcome.window()).await)
         }
         _ => None,
     };

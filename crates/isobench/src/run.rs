@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use isobench_loadgen::ProgressMode;
 use isobench_metrics::Slo;
 use isobench_report::{format_started_at, table};
-use isobench_server::{BatchingKind, EngineArgs};
+use isobench_server::{BatchingArgs, EngineArgs};
 use isobench_workload::{ArrivalKind, Overrides, Workload};
 use tokio_util::sync::CancellationToken;
 
@@ -35,9 +35,10 @@ pub struct RunArgs {
     #[command(flatten)]
     pub endpoint: EndpointArgs,
 
-    /// Batching policy of the embedded server (used without --target).
-    #[arg(long, value_enum, default_value_t = BatchingKind::Continuous)]
-    pub batching: BatchingKind,
+    /// The embedded server's batching (used without --target): --batching,
+    /// --max-batch-size, --max-wait, --max-num-seqs, --max-num-batched-tokens.
+    #[command(flatten)]
+    pub batching: BatchingArgs,
 
     /// The embedded server's engine (used without --target): --device,
     /// --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks, --kv-memory.
@@ -128,7 +129,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         precheck::csv_appendable(csv)?;
     }
 
-    let target = start_target(&args.endpoint, args.batching, None, &args.engine).await?;
+    let target = start_target(&args.endpoint, &args.batching, &args.engine).await?;
     let measured = match Endpoint::connect(&args.endpoint, &workload, &target).await {
         Ok(endpoint) => {
             let cancel = CancellationToken::new();
@@ -194,25 +195,24 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--target`, or the embedded server of `batching` (with `max_batch`
-/// sequences at most, the server's default when `None`) and `engine`;
-/// engine flags with `--target` are an error.
+/// `--target`, or the embedded server of `batching` and `engine`; their
+/// flags with `--target` are an error, as is a knob of another policy.
 pub async fn start_target(
     endpoint: &EndpointArgs,
-    batching: BatchingKind,
-    max_batch: Option<u32>,
+    batching: &BatchingArgs,
     engine: &EngineArgs,
 ) -> anyhow::Result<Target> {
-    if endpoint.target.is_some() && *engine != EngineArgs::default() {
+    if endpoint.target.is_some()
+        && (*engine != EngineArgs::default() || *batching != BatchingArgs::default())
+    {
         bail!(
-            "--device, --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks and --kv-memory \
+            "--batching, --max-batch-size, --max-wait, --max-num-seqs, --max-num-batched-tokens, \
+             --device, --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks and --kv-memory \
              apply to the embedded server only; without --target, or pass them to `isobench serve`"
         );
     }
-    Target::start(endpoint, |folder| {
-        embedded_config(folder, batching, max_batch, engine)
-    })
-    .await
+    let batching = batching.to_config()?;
+    Target::start(endpoint, |folder| embedded_config(folder, batching, engine)).await
 }
 
 fn overrides(args: &RunArgs) -> Overrides {

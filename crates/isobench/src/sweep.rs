@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, bail};
 use isobench_loadgen::ProgressMode;
 use isobench_report::{NamedReport, StepKind, figures, format_started_at, html, tables};
-use isobench_server::{BatchingKind, EngineArgs};
+use isobench_server::{BatchingArgs, EngineArgs};
 use isobench_workload::Workload;
 use tokio_util::sync::CancellationToken;
 
@@ -36,9 +36,10 @@ pub struct SweepArgs {
     #[command(flatten)]
     endpoint: EndpointArgs,
 
-    /// Batching policy of the embedded server (used without --target).
-    #[arg(long, value_enum, default_value_t = BatchingKind::Continuous)]
-    batching: BatchingKind,
+    /// The embedded server's batching (used without --target): --batching,
+    /// --max-batch-size, --max-wait, --max-num-seqs, --max-num-batched-tokens.
+    #[command(flatten)]
+    batching: BatchingArgs,
 
     #[command(flatten)]
     engine: EngineArgs,
@@ -124,7 +125,7 @@ pub async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
         |n| n.to_string_lossy().into_owned(),
     );
 
-    let target = start_target(&args.endpoint, args.batching, None, &args.engine).await?;
+    let target = start_target(&args.endpoint, &args.batching, &args.engine).await?;
     let result = match Endpoint::connect(&args.endpoint, &workload, &target).await {
         Ok(endpoint) => {
             let cancel = CancellationToken::new();

@@ -13,12 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use isobench_api::SamplingParams;
 use isobench_loadgen::{HttpBackend, HttpBackendConfig, LoadgenError};
-use isobench_server::config::{
-    DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_WAIT,
-};
-use isobench_server::{
-    BatchingConfig, BatchingKind, EngineArgs, Server, ServerConfig, ServerHandle,
-};
+use isobench_server::{BatchingConfig, EngineArgs, Server, ServerConfig, ServerHandle};
 use isobench_workload::Workload;
 
 use crate::default_model::{DEFAULT_SERVER_MODEL, resolve_model_folder};
@@ -88,32 +83,17 @@ pub struct EndpointArgs {
     pub scrape_interval: Duration,
 }
 
-/// The embedded server's configuration: its batching policy with a batch
-/// limit (`max_batch_size` for static and dynamic, `max_num_seqs` for
-/// continuous; the server's default when `None`) and the engine's flags.
+/// The embedded server's configuration: on a free loopback port, with
+/// `batching` (from [`BatchingArgs`], which holds the server's defaults)
+/// and the engine's flags.
 pub fn embedded_config(
     folder: &Path,
-    kind: BatchingKind,
-    max_batch: Option<u32>,
+    batching: BatchingConfig,
     engine: &EngineArgs,
 ) -> ServerConfig {
     let mut config = ServerConfig::new(folder);
     config.port = 0;
-    let max_batch_size = max_batch.unwrap_or(DEFAULT_MAX_BATCH_SIZE);
-    config.batching = match kind {
-        BatchingKind::Static => BatchingConfig::Static { max_batch_size },
-        BatchingKind::Dynamic => BatchingConfig::Dynamic {
-            max_batch_size,
-            max_wait: DEFAULT_MAX_WAIT,
-        },
-        BatchingKind::Continuous => match max_batch {
-            None => BatchingConfig::default(),
-            Some(max_num_seqs) => BatchingConfig::Continuous {
-                max_num_seqs,
-                max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS.max(max_num_seqs),
-            },
-        },
-    };
+    config.batching = batching;
     engine.apply(&mut config);
     config
 }

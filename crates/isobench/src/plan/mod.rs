@@ -28,7 +28,7 @@ use isobench_report::{
     ConfigurationPlan, NamedReport, PLAN_KIND, PlanResult, Report, SCHEMA_VERSION, StepKind,
     TOOL_VERSION, TrialRecord, html, tables::Table,
 };
-use isobench_server::{BatchingKind, EngineArgs};
+use isobench_server::{BatchingArgs, BatchingKind, EngineArgs};
 use isobench_workload::Workload;
 use tokio_util::sync::CancellationToken;
 
@@ -143,6 +143,21 @@ impl Configuration {
             name.push_str(&format!(", {n} KV blocks"));
         }
         name
+    }
+
+    /// The server's batching flags for this configuration: the batch
+    /// limit is `--max-batch-size` for static and dynamic batching,
+    /// `--max-num-seqs` for continuous; every other knob its default.
+    fn batching(&self) -> BatchingArgs {
+        let mut args = BatchingArgs {
+            batching: self.batching,
+            ..BatchingArgs::default()
+        };
+        match self.batching {
+            BatchingKind::Continuous => args.max_num_seqs = self.max_batch,
+            BatchingKind::Static | BatchingKind::Dynamic => args.max_batch_size = self.max_batch,
+        }
+        args
     }
 
     /// A folder name: `continuous-b16-kv256`.
@@ -337,12 +352,7 @@ async fn plan_one(
             kv_blocks: configuration.kv_blocks,
             ..EngineArgs::default()
         };
-        let config = embedded_config(
-            &folder,
-            configuration.batching,
-            configuration.max_batch,
-            &engine,
-        );
+        let config = embedded_config(&folder, configuration.batching().to_config()?, &engine);
         Target::embedded(config, folder).await?
     };
     let searched = match Endpoint::connect(&args.endpoint, workload, &target).await {
