@@ -189,7 +189,7 @@ fn trial(
         .map(|(k, n)| format!("{k}: {n}"))
         .collect();
     Trial {
-        achieved: outcome.achieved_rate.unwrap_or(0.0),
+        achieved: outcome.sending().achieved_send_rate.unwrap_or(0.0),
         pace: outcome.pace_ratio().unwrap_or(0.0),
         lag_p50_ms: lag.p50_ms,
         lag_p99_ms: lag.p99_ms,

@@ -2,19 +2,13 @@
 //! precise wait the pacing thread uses.
 //!
 //! tokio's timer has a 1 ms granularity, which alone would put dispatch lag
-//! above a millisecond. The pacer therefore runs on its own OS thread, with
-//! the kernel's timer slack cut from 50 µs to 1 ns ([`tighten_timer_slack`]):
-//! it sleeps (nanosleep) until [`SPIN_WINDOW`] before the instant, then
-//! spins until the instant has come. The window is short on purpose: a
-//! thread that wakes from a sleep gets the CPU back at once even on a busy
-//! machine, whereas a long spin (or a yield loop) competes with, or hands
-//! the core to, whatever else is running.
+//! above a millisecond. The pacer therefore runs on its own OS thread and
+//! waits as [`isobench_common::precise`] says: timer slack cut to 1 ns, a
+//! sleep until just before the instant, then a short spin.
 
 use std::time::{Duration, Instant};
 
-/// How long before an instant the pacer stops sleeping and spins. About
-/// what a wake-up from a sleep costs in a virtual machine with 1 ns slack.
-const SPIN_WINDOW: Duration = Duration::from_micros(25);
+use isobench_common::precise;
 
 /// The longest single sleep, so that a stop request is seen within this time.
 const MAX_SLEEP: Duration = Duration::from_millis(5);
@@ -70,21 +64,11 @@ pub(crate) fn wait_until(clock: &Clock, target_ns: u64, stop: &dyn Fn() -> bool)
         if now >= target_ns {
             return true;
         }
-        let remaining = Duration::from_nanos(target_ns - now);
-        if remaining > SPIN_WINDOW {
-            std::thread::sleep((remaining - SPIN_WINDOW).min(MAX_SLEEP));
-        } else {
-            std::hint::spin_loop();
+        match precise::next_wait(Duration::from_nanos(target_ns - now), MAX_SLEEP) {
+            Some(sleep) => std::thread::sleep(sleep),
+            None => std::hint::spin_loop(),
         }
     }
-}
-
-/// Asks the kernel to wake the calling thread at the time it asked for,
-/// instead of up to 50 µs later (Linux's default timer slack, which lets it
-/// batch wake-ups). Elsewhere, or when refused, the default stays.
-pub(crate) fn tighten_timer_slack() {
-    #[cfg(target_os = "linux")]
-    let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
 }
 
 #[cfg(test)]

@@ -86,6 +86,13 @@ pub enum LoadgenError {
         source: std::io::Error,
     },
 
+    /// `--scrape-metrics`: the URL given does not answer with Prometheus
+    /// metrics isobench reads.
+    #[error(
+        "cannot scrape metrics from {url}: {reason}; expected a Prometheus text page (GET /metrics) of vLLM, TGI, SGLang or an isobench server, or pass --scrape-metrics none"
+    )]
+    Scrape { url: String, reason: String },
+
     /// A thread the engine needs could not be started, or died.
     #[error("the load engine's {0} thread failed")]
     Thread(&'static str),
@@ -105,6 +112,7 @@ impl LoadgenError {
             LoadgenError::Redirected { .. } => "redirected",
             LoadgenError::Preflight { .. } => "preflight",
             LoadgenError::RequestLog { .. } => "request_log",
+            LoadgenError::Scrape { .. } => "scrape",
             LoadgenError::Thread(_) => "thread",
         }
     }

@@ -12,8 +12,11 @@
 //!   tokio runtime send them and record into their own
 //!   [`Recorder`](isobench_metrics::Recorder)s, merged once at the end.
 //!   Stops at the plan's end, `max_requests`, `duration` or cancellation.
-//! - A per-request JSONL log streamed to disk while the run goes, and a
-//!   live progress bar or plain lines ([`ProgressMode`]).
+//! - A per-request JSONL log streamed to disk while the run goes, the
+//!   run's per-request [`Samples`](isobench_metrics::Samples), and a live
+//!   progress bar or plain lines ([`ProgressMode`]).
+//! - [`scrape`]: the endpoint's Prometheus metrics read while a run goes
+//!   (the server's queue, batch and KV cache; a GPU's energy).
 //!
 //! ```no_run
 //! # async fn example(plan: isobench_workload::Plan) -> Result<(), isobench_loadgen::LoadgenError> {
@@ -23,7 +26,7 @@
 //! let backend = HttpBackend::new(HttpBackendConfig::new("http://127.0.0.1:8000", "my-model"))?;
 //! backend.preflight().await?;
 //! let outcome = run(plan, Arc::new(backend), RunOptions::default()).await?;
-//! println!("{} completed, {} failed", outcome.counts.completed, outcome.counts.failed);
+//! println!("{} completed, {} failed", outcome.counts().completed, outcome.counts().failed);
 //! # Ok(()) }
 //! ```
 
@@ -35,11 +38,12 @@ mod preflight;
 mod progress;
 mod request_log;
 mod run;
+pub mod scrape;
 
 pub use backend::{Backend, TokenCounter};
 pub use clock::Clock;
 pub use error::LoadgenError;
 pub use openai::{HttpBackend, HttpBackendConfig};
-pub use preflight::{PreflightCheck, PreflightInfo};
-pub use progress::ProgressMode;
-pub use run::{RunCounts, RunOptions, RunOutcome, StopReason, run};
+pub use preflight::PreflightCheck;
+pub use progress::{LiveGauge, ProgressMode};
+pub use run::{RunOptions, RunOutcome, StopReason, run};

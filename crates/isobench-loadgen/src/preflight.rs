@@ -28,20 +28,11 @@ pub enum PreflightCheck {
     ProbeRequest,
 }
 
-/// What the preflight learnt about the endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PreflightInfo {
-    pub check: PreflightCheck,
-    /// The models the endpoint lists (empty when it does not list them).
-    pub models: Vec<String>,
-    /// The context length of the model, when the server reports it (vLLM).
-    pub max_model_len: Option<u32>,
-}
-
 impl HttpBackend {
     /// Checks the endpoint: reachable, serving the configured model, and
     /// accepting the credentials. Sends at most one generation request.
-    pub async fn preflight(&self) -> Result<PreflightInfo, LoadgenError> {
+    /// Returns which check showed it.
+    pub async fn preflight(&self) -> Result<PreflightCheck, LoadgenError> {
         let models_url = format!("{}/models", self.api_base());
         let response = self
             .client()
@@ -63,25 +54,20 @@ impl HttpBackend {
         self.probe().await
     }
 
-    fn check_listed(&self, list: ModelList) -> Result<PreflightInfo, LoadgenError> {
-        let card = list.data.iter().find(|card| card.id == self.model());
-        match card {
-            Some(card) => Ok(PreflightInfo {
-                check: PreflightCheck::ModelList,
-                max_model_len: card.max_model_len,
-                models: list.data.iter().map(|card| card.id.clone()).collect(),
-            }),
-            None => Err(LoadgenError::UnknownModel {
-                model: self.model().to_owned(),
-                url: self.api_base().to_owned(),
-                available: list.data.into_iter().map(|card| card.id).collect(),
-                server_message: None,
-            }),
+    fn check_listed(&self, list: ModelList) -> Result<PreflightCheck, LoadgenError> {
+        if list.data.iter().any(|card| card.id == self.model()) {
+            return Ok(PreflightCheck::ModelList);
         }
+        Err(LoadgenError::UnknownModel {
+            model: self.model().to_owned(),
+            url: self.api_base().to_owned(),
+            available: list.data.into_iter().map(|card| card.id).collect(),
+            server_message: None,
+        })
     }
 
     /// One non-streamed request for one token.
-    async fn probe(&self) -> Result<PreflightInfo, LoadgenError> {
+    async fn probe(&self) -> Result<PreflightCheck, LoadgenError> {
         let body = self.body(&Prompt::Text("Hello".to_owned()), 1, false);
         let mut request = self.request(body);
         *request.timeout_mut() = Some(self.timeout().min(PREFLIGHT_TIMEOUT));
@@ -94,11 +80,7 @@ impl HttpBackend {
         let status = response.status();
         refuse_redirect(&response)?;
         if status.is_success() {
-            return Ok(PreflightInfo {
-                check: PreflightCheck::ProbeRequest,
-                models: Vec::new(),
-                max_model_len: None,
-            });
+            return Ok(PreflightCheck::ProbeRequest);
         }
         let body = self.body_of(response).await?;
         refuse_credentials(status, &url, &body)?;

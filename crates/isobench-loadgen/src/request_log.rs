@@ -1,9 +1,13 @@
-//! The per-request JSONL log, streamed to disk while the run goes.
+//! Where every finished record goes besides its worker's recorder: the
+//! per-request JSONL log, streamed to disk while the run goes, and the
+//! run's [`Samples`] (and, when asked, the whole records, for a steady-state
+//! summary afterwards).
 //!
-//! Workers move each finished record to a writer thread (one channel
+//! Workers move each finished record to a sink thread (one channel
 //! message per request); the thread writes one line per record and flushes
 //! whenever it has caught up, so a crash or Ctrl-C loses nothing that had
-//! finished. File I/O never runs on the runtime's threads.
+//! finished. File I/O and the samples' growth never run on the runtime's
+//! threads.
 //!
 //! One line per request, e.g.:
 //! `{"index":3,"warmup":false,"scheduled_ns":..,"sent_ns":..,"end_ns":..,
@@ -19,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 
-use isobench_metrics::{RequestRecord, TokenSource};
+use isobench_metrics::{RequestRecord, RequestSample, Samples, TokenSource};
 use serde::ser::{Serialize, SerializeSeq, Serializer};
 
 use crate::LoadgenError;
@@ -27,30 +31,45 @@ use crate::LoadgenError;
 /// Lines written between two flushes at most, when records keep coming.
 const FLUSH_EVERY: usize = 256;
 
-/// The open log: a channel into its writer thread.
+/// What the sink kept, handed back at the end of the run.
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    /// Lines written to the log (0 without one).
+    pub logged: u64,
+    /// One sample per measured request, in the order they finished.
+    pub samples: Samples,
+    /// The measured requests' whole records, when asked for.
+    pub records: Vec<RequestRecord>,
+}
+
+/// The open sink: a channel into its thread.
 pub(crate) struct RequestLog {
-    path: PathBuf,
+    path: Option<PathBuf>,
     sender: Sender<RequestRecord>,
-    writer: JoinHandle<std::io::Result<u64>>,
+    thread: JoinHandle<std::io::Result<Kept>>,
 }
 
 impl RequestLog {
-    /// Creates (truncates) the file and starts its writer thread.
-    pub fn create(path: &Path) -> Result<Self, LoadgenError> {
+    /// Creates (truncates) the log file, when there is one, and starts the
+    /// sink's thread; `keep_records` keeps every measured record too.
+    pub fn create(path: Option<&Path>, keep_records: bool) -> Result<Self, LoadgenError> {
         let failed = |source| LoadgenError::RequestLog {
-            path: path.to_owned(),
+            path: path.map_or_else(PathBuf::new, Path::to_owned),
             source,
         };
-        let file = File::create(path).map_err(failed)?;
+        let file = path
+            .map(|path| File::create(path).map(BufWriter::new))
+            .transpose()
+            .map_err(failed)?;
         let (sender, receiver) = channel();
-        let writer = std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("isobench-log".into())
-            .spawn(move || write_lines(BufWriter::new(file), receiver))
+            .spawn(move || keep_all(file, receiver, keep_records))
             .map_err(failed)?;
         Ok(Self {
-            path: path.to_owned(),
+            path: path.map(Path::to_owned),
             sender,
-            writer,
+            thread,
         })
     }
 
@@ -58,31 +77,43 @@ impl RequestLog {
         self.sender.clone()
     }
 
-    /// Waits for every line to be written; returns how many were.
+    /// Waits for every record to be written and kept.
     /// Call once every other sender is dropped.
-    pub fn finish(self) -> Result<u64, LoadgenError> {
+    pub fn finish(self) -> Result<Kept, LoadgenError> {
         drop(self.sender);
-        let path = self.path;
-        match self.writer.join() {
+        let path = self.path.unwrap_or_default();
+        match self.thread.join() {
             Ok(result) => result.map_err(|source| LoadgenError::RequestLog { path, source }),
             Err(_) => Err(LoadgenError::Thread("request log")),
         }
     }
 }
 
-fn write_lines(mut out: BufWriter<File>, records: Receiver<RequestRecord>) -> std::io::Result<u64> {
-    let mut written = 0u64;
+fn keep_all(
+    mut out: Option<BufWriter<File>>,
+    records: Receiver<RequestRecord>,
+    keep_records: bool,
+) -> std::io::Result<Kept> {
+    let mut kept = Kept::default();
     let mut line = Vec::with_capacity(1024);
     while let Ok(first) = records.recv() {
         let mut next = Some(first);
         let mut batch = 0;
         while let Some(record) = next {
-            line.clear();
-            // A struct of numbers and strings always serializes.
-            let _ = serde_json::to_writer(&mut line, &LogLine::from(&record));
-            line.push(b'\n');
-            out.write_all(&line)?;
-            written += 1;
+            if let Some(out) = &mut out {
+                line.clear();
+                // A struct of numbers and strings always serializes.
+                let _ = serde_json::to_writer(&mut line, &LogLine::from(&record));
+                line.push(b'\n');
+                out.write_all(&line)?;
+                kept.logged += 1;
+            }
+            if !record.warmup {
+                kept.samples.0.push(RequestSample::of(&record));
+                if keep_records {
+                    kept.records.push(record);
+                }
+            }
             batch += 1;
             next = if batch < FLUSH_EVERY {
                 records.try_recv().ok()
@@ -90,10 +121,14 @@ fn write_lines(mut out: BufWriter<File>, records: Receiver<RequestRecord>) -> st
                 None
             };
         }
+        if let Some(out) = &mut out {
+            out.flush()?;
+        }
+    }
+    if let Some(out) = &mut out {
         out.flush()?;
     }
-    out.flush()?;
-    Ok(written)
+    Ok(kept)
 }
 
 #[derive(serde::Serialize)]

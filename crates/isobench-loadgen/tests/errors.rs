@@ -20,7 +20,7 @@ async fn injected_500s_are_counted_with_their_message() {
     let plan = open_plan(6, Duration::from_millis(2), 4);
     let (outcome, lines) = run_logged(plan, backend(&mock.url()), RunOptions::default()).await;
 
-    assert_eq!((outcome.counts.sent, outcome.counts.failed), (6, 6));
+    assert_eq!((outcome.counts().measured, outcome.counts().failed), (6, 6));
     assert_eq!(error_kinds(&lines), vec!["http_500"; 6]);
     let message = lines[0]["error"]["message"].as_str().unwrap();
     assert!(message.contains("injected server error"), "{message}");
@@ -41,7 +41,10 @@ async fn a_concurrency_limit_shows_as_429s() {
 
     let stats = mock.stats();
     assert_eq!((stats.completed, stats.rejected), (2, 3));
-    assert_eq!((outcome.counts.completed, outcome.counts.failed), (2, 3));
+    assert_eq!(
+        (outcome.counts().completed, outcome.counts().failed),
+        (2, 3)
+    );
     assert_eq!(error_kinds(&lines), vec!["http_429"; 3]);
     let message = lines
         .iter()
@@ -62,7 +65,7 @@ async fn slow_answers_time_out() {
     let plan = open_plan(3, Duration::ZERO, 2);
     let (outcome, lines) = run_logged(plan, config, RunOptions::default()).await;
 
-    assert_eq!(outcome.counts.failed, 3);
+    assert_eq!(outcome.counts().failed, 3);
     assert_eq!(error_kinds(&lines), vec!["timeout"; 3]);
     for e2e in field(&lines, "e2e_ms") {
         assert!((100.0..1000.0).contains(&e2e), "timed out after {e2e} ms");
@@ -79,7 +82,7 @@ async fn cut_streams_and_bodies_are_stream_cuts() {
     .await;
     let plan = open_plan(5, Duration::from_millis(2), 6);
     let (outcome, lines) = run_logged(plan, backend(&mock.url()), RunOptions::default()).await;
-    assert_eq!(outcome.counts.failed, 5, "{lines:?}");
+    assert_eq!(outcome.counts().failed, 5, "{lines:?}");
     assert_eq!(error_kinds(&lines), vec!["stream_cut"; 5]);
 
     let mut whole = backend(&mock.url());
@@ -98,7 +101,7 @@ async fn refused_connections_are_connect_errors() {
     let plan = open_plan(3, Duration::ZERO, 2);
     let (outcome, lines) = run_logged(plan, backend(&url), RunOptions::default()).await;
 
-    assert_eq!(outcome.counts.failed, 3);
+    assert_eq!(outcome.counts().failed, 3);
     assert_eq!(error_kinds(&lines), vec!["connect"; 3]);
 }
 

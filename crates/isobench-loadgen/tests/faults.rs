@@ -35,7 +35,7 @@ async fn a_server_closing_after_each_answer_loses_no_request() {
         let (outcome, lines) = run_closed(config(&url), 60, concurrency).await;
         let what = format!("{close:?} at concurrency {concurrency}");
         assert_eq!(error_kinds(&lines), Vec::<String>::new(), "{what}");
-        assert_eq!(outcome.counts.completed, 60, "{what}");
+        assert_eq!(outcome.counts().completed, 60, "{what}");
         let summary = outcome
             .recorder
             .summarize(outcome.window_duration())
@@ -60,7 +60,7 @@ async fn a_fresh_connection_that_fails_is_not_retried() {
     let url = canned_close_at_once().await;
     let (outcome, lines) = run_closed(config(&url), 4, 1).await;
     assert_eq!(error_kinds(&lines), vec!["connect"; 4]);
-    assert_eq!(outcome.counts.failed, 4);
+    assert_eq!(outcome.counts().failed, 4);
     assert!(lines.iter().all(|l| l["retries"] == 0), "{lines:?}");
 }
 
@@ -90,7 +90,7 @@ async fn a_stream_without_content_is_no_content() {
         let url = canned(SSE, body.as_bytes().to_vec()).await;
         let (outcome, lines) = run_closed(config(&url), 3, 1).await;
         assert_eq!(error_kinds(&lines), vec!["no_content"; 3], "{body}");
-        assert_eq!(outcome.counts.completed, 0, "{body}");
+        assert_eq!(outcome.counts().completed, 0, "{body}");
     }
     // The same for a whole (non-streamed) answer without text.
     let url = canned(
@@ -129,7 +129,7 @@ async fn a_wrong_content_type_says_so() {
     )
     .await;
     let (outcome, _) = run_closed(config(&url), 1, 1).await;
-    assert_eq!(outcome.counts.completed, 1);
+    assert_eq!(outcome.counts().completed, 1);
 }
 
 /// Regression: a 301 was followed as a GET and reported as `http_405`.
@@ -180,7 +180,7 @@ async fn a_raised_cap_accepts_a_large_event() {
     let mut raised = config(&url);
     raised.max_event_bytes = 4 << 20;
     let (outcome, _) = run_closed(raised, 1, 1).await;
-    assert_eq!(outcome.counts.completed, 1);
+    assert_eq!(outcome.counts().completed, 1);
 }
 
 /// A server that goes silent before the status line, or after the head of

@@ -53,7 +53,7 @@ async fn streamed_latencies_match_what_the_mock_wrote() {
         run_against_writes(plan, backend(&mock.url()), RunOptions::default(), &mock).await;
 
     assert_eq!(outcome.stop, StopReason::MaxRequests);
-    assert_eq!(outcome.counts.completed, 24, "{lines:?}");
+    assert_eq!(outcome.counts().completed, 24, "{lines:?}");
     assert_eq!(lines.len(), 24);
     assert_eq!(exchanges.len(), 24);
     assert_first_events_seen(&exchanges);
@@ -90,7 +90,7 @@ async fn whole_chat_answers_arrive_when_the_mock_writes_them() {
     let (outcome, lines, exchanges) =
         run_against_writes(plan, config, RunOptions::default(), &mock).await;
 
-    assert_eq!(outcome.counts.completed, 12, "{lines:?}");
+    assert_eq!(outcome.counts().completed, 12, "{lines:?}");
     // One event: the whole body, written when the last token would have been.
     assert_first_events_seen(&exchanges);
     assert_never_early(&exchanges, 10.0 + 5.0 * 3.0, 0.0);
@@ -118,7 +118,7 @@ async fn http2_prior_knowledge_streams_the_same_answers() {
     let (outcome, lines, exchanges) =
         run_against_writes(plan, config, RunOptions::default(), &mock).await;
 
-    assert_eq!(outcome.counts.completed, 10, "{lines:?}");
+    assert_eq!(outcome.counts().completed, 10, "{lines:?}");
     assert_first_events_seen(&exchanges);
     assert_gaps_seen(&exchanges);
     assert_never_early(&exchanges, 5.0, 2.0);

@@ -30,14 +30,13 @@ async fn the_key_is_sent_and_never_shown() {
     let backend = HttpBackend::new(config.clone()).unwrap();
     assert!(!format!("{config:?} {backend:?}").contains(KEY));
 
-    let info = backend.preflight().await.unwrap();
-    assert_eq!(info.check, PreflightCheck::ModelList);
-    assert_eq!(info.models, ["mock", "other"]);
+    let check = backend.preflight().await.unwrap();
+    assert_eq!(check, PreflightCheck::ModelList);
     let plan = open_plan(3, Duration::ZERO, 2);
     let outcome = isobench_loadgen::run(plan, Arc::new(backend), RunOptions::default())
         .await
         .unwrap();
-    assert_eq!(outcome.counts.completed, 3);
+    assert_eq!(outcome.counts().completed, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,12 +93,12 @@ async fn an_unreachable_endpoint_says_so() {
 async fn without_a_model_list_one_token_is_asked_for() {
     let answer = r#"{"choices":[{"text":"x","finish_reason":"length"}]}"#.to_owned();
     let url = canned_server(200, "application/json", answer, &["/v1/models"]).await;
-    let info = HttpBackend::new(backend(&url))
+    let check = HttpBackend::new(backend(&url))
         .unwrap()
         .preflight()
         .await
         .unwrap();
-    assert_eq!(info.check, PreflightCheck::ProbeRequest);
+    assert_eq!(check, PreflightCheck::ProbeRequest);
 
     let rejected =
         r#"{"error":{"message":"The model `mock` does not exist.","type":"NotFoundError"}}"#;

@@ -40,23 +40,23 @@ async fn cancelling_mid_run_keeps_a_complete_log_of_what_finished() {
 
     assert!(outcome.interrupted);
     assert_eq!(outcome.stop, StopReason::Cancelled);
-    let counts = outcome.counts;
+    let counts = outcome.counts();
     assert!(
-        counts.completed >= 10 && counts.sent < 200,
+        counts.completed >= 10 && counts.measured < 200,
         "stopped sending after the cancel: {counts:?}"
     );
     assert_eq!(
-        counts.sent,
+        counts.measured,
         counts.completed + counts.failed + counts.cancelled
     );
     assert_eq!(counts.failed, 0, "cut requests are not server failures");
     assert!(counts.cancelled > 0, "{counts:?}");
     assert_eq!(
         lines.len() as u64,
-        counts.sent,
+        counts.measured,
         "every request has its line"
     );
-    assert_eq!(outcome.logged, counts.sent);
+    assert_eq!(outcome.logged, counts.measured);
     let cancelled = error_kinds(&lines)
         .iter()
         .filter(|k| *k == "cancelled")
@@ -83,9 +83,9 @@ async fn the_duration_stops_sending_and_cuts_what_outlives_the_drain() {
     assert_eq!(outcome.stop, StopReason::Duration);
     assert!(!outcome.interrupted);
     // Offsets 0, 20, ..., 180 ms fall inside the 200 ms duration.
-    assert_eq!(outcome.counts.sent, 10);
+    assert_eq!(outcome.counts().measured, 10);
     // Each stream lasts 700 ms: the drain cuts them all.
-    assert_eq!(outcome.counts.cancelled, 10);
+    assert_eq!(outcome.counts().cancelled, 10);
     assert_eq!(lines.len(), 10);
     for line in &lines {
         assert!(
@@ -109,7 +109,7 @@ async fn max_requests_and_warmups_bound_the_run() {
     let (outcome, lines) = run_logged(plan, backend(&mock.url()), RunOptions::default()).await;
 
     assert_eq!(outcome.stop, StopReason::MaxRequests);
-    assert_eq!((outcome.counts.sent, outcome.counts.warmup), (5, 2));
+    assert_eq!((outcome.counts().measured, outcome.counts().warmup), (5, 2));
     assert_eq!(lines.len(), 7);
     let warmups = lines.iter().filter(|l| l["warmup"] == true).count();
     assert_eq!(warmups, 2);

@@ -83,7 +83,7 @@ async fn without_usage_tokens_come_from_the_tokenizer_or_the_events() {
     let url = canned_server(200, "text/event-stream", stream, &[]).await;
     let plan = open_plan(2, Duration::ZERO, 8);
     let (outcome, lines) = run_logged(plan, backend(&url), RunOptions::default()).await;
-    assert_eq!(outcome.counts.completed, 2, "{lines:?}");
+    assert_eq!(outcome.counts().completed, 2, "{lines:?}");
     assert_eq!(lines[0]["token_source"], "events");
     assert_eq!(lines[0]["output_tokens"], 2);
 
@@ -114,7 +114,7 @@ async fn chat_conversations_reach_the_chat_endpoint() {
         ..planned(0, Some(Duration::ZERO), 3)
     }));
     let (outcome, lines) = run_logged(plan, config, RunOptions::default()).await;
-    assert_eq!(outcome.counts.completed, 1, "{lines:?}");
+    assert_eq!(outcome.counts().completed, 1, "{lines:?}");
     assert_eq!(lines[0]["output_tokens"], 3);
     // The server's usage replaces the plan's estimate (the mock counts words).
     assert_eq!(lines[0]["input_tokens"], 4);

@@ -11,6 +11,12 @@
 //! kept up with the offered load, and [`compare_percentile`] whether two
 //! runs differ beyond their confidence intervals.
 //!
+//! Beside the histograms, each measured request can be kept as a compact
+//! [`RequestSample`] ([`Samples`]): [`stats`] compares two runs' samples
+//! (bootstrap confidence intervals, Mann-Whitney U, IQR outliers), and
+//! [`SteadyWindow`] picks a load step's steady state and judges whether
+//! the endpoint kept up in it ([`Saturation`]).
+//!
 //! ```
 //! use std::time::Duration;
 //! use isobench_metrics::{Recorder, RequestRecord, Slo, TokenSource};
@@ -42,8 +48,11 @@ mod compare;
 mod error;
 mod record;
 mod recorder;
+mod samples;
 mod series;
 mod slo;
+pub mod stats;
+mod steady;
 mod summary;
 mod validity;
 
@@ -51,8 +60,11 @@ pub use compare::{Comparison, Percentile, Verdict, compare_percentile};
 pub use error::MetricsError;
 pub use record::{ErrorKind, RequestError, RequestRecord, TokenSource};
 pub use recorder::Recorder;
+pub use samples::{RequestSample, SampleMetric, Samples};
 pub use series::{CONFIDENCE_LEVEL, ConfidenceInterval, LatencyStats};
 pub use slo::{Slo, SloMetric, SloResult, SloStatistic};
+pub use stats::Statistic;
+pub use steady::{Saturation, SteadyWindow};
 pub use summary::{
     Latencies, OutputTokenSource, RequestCounts, Sending, SourceCount, Summary, Throughput,
     TokenCounts, TokensBySource,

@@ -48,6 +48,21 @@ impl ErrorKind {
             ErrorKind::Cancelled => "cancelled".into(),
         }
     }
+
+    /// The kind a [`label`](Self::label) names; `None` for any other text.
+    pub fn from_label(label: &str) -> Option<Self> {
+        Some(match label {
+            "connect" => ErrorKind::Connect,
+            "timeout" => ErrorKind::Timeout,
+            "stream_cut" => ErrorKind::StreamCut,
+            "malformed_event" => ErrorKind::MalformedEvent,
+            "server_error" => ErrorKind::ServerError,
+            "no_content" => ErrorKind::NoContent,
+            "wrong_content_type" => ErrorKind::WrongContentType,
+            "cancelled" => ErrorKind::Cancelled,
+            other => ErrorKind::HttpStatus(other.strip_prefix("http_")?.parse().ok()?),
+        })
+    }
 }
 
 /// A failed request's error: its kind, and the first words of what went
@@ -193,5 +208,13 @@ mod tests {
         assert_eq!(ErrorKind::MalformedEvent.label(), "malformed_event");
         assert_eq!(ErrorKind::NoContent.label(), "no_content");
         assert_eq!(ErrorKind::WrongContentType.label(), "wrong_content_type");
+        for kind in [
+            ErrorKind::HttpStatus(503),
+            ErrorKind::Cancelled,
+            ErrorKind::NoContent,
+        ] {
+            assert_eq!(ErrorKind::from_label(&kind.label()), Some(kind));
+        }
+        assert_eq!(ErrorKind::from_label("http_x"), None);
     }
 }

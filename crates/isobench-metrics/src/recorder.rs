@@ -176,12 +176,37 @@ impl Recorder {
         self.counts.completed + self.counts.failed + self.counts.cancelled
     }
 
-    /// From the first send to the last end among measured requests: the
-    /// natural measured window when the load engine does not supply one.
+    /// The measured window, in nanoseconds on the run's clock: from the
+    /// first send to the last end among measured requests.
+    pub fn measured_window(&self) -> Option<(u64, u64)> {
+        self.span.first_sent.zip(self.span.last_end)
+    }
+
+    /// The measured window's length ([`Recorder::measured_window`]).
     pub fn measured_span(&self) -> Option<Duration> {
-        let first = self.span.first_sent?;
-        let last = self.span.last_end?;
+        let (first, last) = self.measured_window()?;
         Some(Duration::from_nanos(last.saturating_sub(first)))
+    }
+
+    /// Requests by outcome so far: the one record of them, which the run's
+    /// outcome and its report both read.
+    pub fn counts(&self) -> RequestCounts {
+        let counts = &self.counts;
+        RequestCounts {
+            measured: self.measured(),
+            completed: counts.completed,
+            failed: counts.failed,
+            cancelled: counts.cancelled,
+            warmup: counts.warmup,
+            retries: counts.retries,
+            good: (!self.slos.is_empty()).then_some(counts.good),
+        }
+    }
+
+    /// When the measured requests were scheduled and sent, and the rates
+    /// derived from that.
+    pub fn sending(&self) -> Sending {
+        self.span.summarize(self.measured())
     }
 
     /// The run's statistics, with rates over `window` (the measured window:
@@ -195,15 +220,7 @@ impl Recorder {
         let judged = counts.completed + counts.failed;
         Summary {
             window_s,
-            requests: RequestCounts {
-                measured: self.measured(),
-                completed: counts.completed,
-                failed: counts.failed,
-                cancelled: counts.cancelled,
-                warmup: counts.warmup,
-                retries: counts.retries,
-                good: has_slos.then_some(counts.good),
-            },
+            requests: self.counts(),
             errors: counts
                 .errors
                 .iter()
@@ -222,7 +239,7 @@ impl Recorder {
                 goodput_requests_per_s: has_slos.then(|| per_second(counts.good as f64)),
                 good_fraction: (has_slos && judged > 0).then(|| counts.good as f64 / judged as f64),
             },
-            sending: self.span.summarize(self.measured()),
+            sending: self.sending(),
             latency: self.latency.summarize(),
             slos: self.slos.iter().map(|slo| self.check(*slo)).collect(),
             clamped_samples: self.latency.clamped(),

@@ -250,17 +250,7 @@ impl LatencySeries {
     /// `n*q -/+ z*sqrt(n*q*(1-q))` rounded outwards and kept within `1..=n`,
     /// and whether they had to be kept.
     fn confidence_ranks(&self, q: f64) -> (u64, u64, bool) {
-        let n = self.count as f64;
-        let centre = n * q;
-        let spread = Z_95 * (n * q * (1.0 - q)).sqrt();
-        let lower = (centre - spread).floor();
-        let upper = (centre + spread).ceil();
-        let saturated = lower < 1.0 || upper > n;
-        (
-            lower.clamp(1.0, n) as u64,
-            upper.clamp(1.0, n) as u64,
-            saturated,
-        )
+        confidence_ranks(self.count, q)
     }
 
     /// The values of the samples of 1-based `ranks`, in milliseconds, in one
@@ -285,6 +275,32 @@ impl LatencySeries {
         let (min_ms, max_ms) = (nanos_to_ms(self.min_ns), nanos_to_ms(self.max_ns));
         micros.map(|us| (us as f64 / 1e3).clamp(min_ms, max_ms))
     }
+}
+
+/// The ranks bounding the q-quantile's confidence interval among `n`
+/// samples, `n*q -/+ z*sqrt(n*q*(1-q))` rounded outwards and kept within
+/// `1..=n`, and whether they had to be kept (too few samples).
+fn confidence_ranks(count: u64, q: f64) -> (u64, u64, bool) {
+    let n = count as f64;
+    let centre = n * q;
+    let spread = Z_95 * (n * q * (1.0 - q)).sqrt();
+    let lower = (centre - spread).floor();
+    let upper = (centre + spread).ceil();
+    let saturated = lower < 1.0 || upper > n;
+    (
+        lower.clamp(1.0, n) as u64,
+        upper.clamp(1.0, n) as u64,
+        saturated,
+    )
+}
+
+/// The fewest samples whose 95% interval of the q-quantile stays within
+/// the samples (is not saturated): 381 for the 99th percentile, 8 for the
+/// median. Below it a percentile cannot be bounded at this level.
+pub(crate) fn fewest_samples_bounding(q: f64) -> u64 {
+    (1..=1_000_000)
+        .find(|&n| !confidence_ranks(n, q).2)
+        .unwrap_or(u64::MAX)
 }
 
 /// The 1-based rank of the q-quantile among `n` samples: `ceil(q * n)`,
@@ -397,6 +413,13 @@ mod tests {
         assert!(stats.p99_ci.lower_ms <= stats.p99_ms && stats.p99_ms <= stats.p99_ci.upper_ms);
         assert!((stats.p99_ci.lower_ms - 983.0).abs() <= 1.0);
         assert!((stats.p99_ci.upper_ms - 997.0).abs() <= 1.0);
+    }
+
+    #[test]
+    fn the_fewest_samples_bounding_a_percentile_are_the_first_unsaturated_count() {
+        assert_eq!(fewest_samples_bounding(0.99), 381);
+        assert!(confidence_ranks(380, 0.99).2);
+        assert!(fewest_samples_bounding(0.5) < 20);
     }
 
     #[test]

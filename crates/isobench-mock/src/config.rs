@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use isobench_workload::Distribution;
+use isobench_common::Distribution;
 
 use crate::MockError;
 
@@ -58,6 +58,12 @@ pub struct MockConfig {
     #[arg(long, value_name = "N")]
     pub max_concurrency: Option<usize>,
 
+    /// Answers generated at once at most; more wait in a first-come queue
+    /// and start (their TTFT counted from then) when one ends, so the
+    /// mock's capacity is N / (TTFT + (tokens - 1) x ITL). Default: unlimited.
+    #[arg(long, value_name = "N")]
+    pub max_running: Option<usize>,
+
     /// The `Retry-After` of a 429, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 1)]
     pub retry_after: u64,
@@ -89,6 +95,7 @@ impl Default for MockConfig {
             error_rate: 0.0,
             cut_rate: 0.0,
             max_concurrency: None,
+            max_running: None,
             retry_after: 1,
             seed: 0,
             api_key: None,
@@ -108,6 +115,7 @@ impl fmt::Debug for MockConfig {
             .field("error_rate", &self.error_rate)
             .field("cut_rate", &self.cut_rate)
             .field("max_concurrency", &self.max_concurrency)
+            .field("max_running", &self.max_running)
             .field("retry_after", &self.retry_after)
             .field("seed", &self.seed)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
@@ -142,12 +150,17 @@ impl MockConfig {
                 });
             }
         }
-        if self.max_concurrency == Some(0) {
-            return Err(MockError::InvalidConfig {
-                flag: "--max-concurrency",
-                value: "0".to_owned(),
-                expected: "a number of requests >= 1",
-            });
+        for (flag, value) in [
+            ("--max-concurrency", self.max_concurrency),
+            ("--max-running", self.max_running),
+        ] {
+            if value == Some(0) {
+                return Err(MockError::InvalidConfig {
+                    flag,
+                    value: "0".to_owned(),
+                    expected: "a number of requests >= 1",
+                });
+            }
         }
         if self.models.iter().all(|m| m.trim().is_empty()) {
             return Err(MockError::InvalidConfig {

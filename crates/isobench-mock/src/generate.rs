@@ -2,7 +2,8 @@
 //! timing, length, chunking and fate, then write it on schedule.
 //!
 //! Timing: the first content event is written `ttft` after the request
-//! arrived; every later event carrying `k` tokens is written `k` ITL draws
+//! arrived (with `--max-running`, after it left the queue for a running
+//! slot); every later event carrying `k` tokens is written `k` ITL draws
 //! after the previous one. Deadlines are absolute (arrival + sums of
 //! draws), kept by the precise timer, so delays never accumulate error. A
 //! non-streamed answer is written whole when its last token would have
@@ -26,6 +27,7 @@ use isobench_api::answer::{AnswerWriter, Delta, Endpoint};
 use isobench_api::{ChatCompletionRequest, CompletionRequest, FinishReason, PromptInput, Usage};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::DEFAULT_OUTPUT_TOKENS;
 use crate::server::{ActiveGuard, MockState, Refusal, WrittenAnswer};
@@ -123,6 +125,12 @@ struct Ask {
 async fn answer(state: Arc<MockState>, ask: Ask, received: Instant) -> Result<Response, Refusal> {
     state.check_model(&ask.model)?;
     let guard = state.admit()?;
+    let run_slot = state.run_slot().await;
+    let started = if run_slot.is_some() {
+        Instant::now()
+    } else {
+        received
+    };
     let number = state.served.fetch_add(1, Ordering::Relaxed);
     let config = &state.behaviour.config;
     let mut rng = SmallRng::seed_from_u64(config.seed ^ number.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -136,7 +144,7 @@ async fn answer(state: Arc<MockState>, ask: Ask, received: Instant) -> Result<Re
         None => limit,
     };
     let cut = rng.random::<f64>() < config.cut_rate;
-    let first = received + millis(config.ttft.sample(&mut rng));
+    let first = started + millis(config.ttft.sample(&mut rng));
     let written = config.record_writes.then(|| WrittenAnswer {
         prompt: ask.prompt.clone(),
         received,
@@ -157,6 +165,7 @@ async fn answer(state: Arc<MockState>, ask: Ask, received: Instant) -> Result<Re
         rng,
         state: Arc::clone(&state),
         guard: Some(guard),
+        run_slot,
     };
     answer.next_tokens = answer.draw_event_tokens();
     if cut {
@@ -203,6 +212,8 @@ struct Answer {
     state: Arc<MockState>,
     /// Holds the concurrency slot until the answer completes or is dropped.
     guard: Option<ActiveGuard>,
+    /// Holds the running slot (`--max-running`) likewise.
+    run_slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Answer {
@@ -236,6 +247,7 @@ impl Answer {
     /// end is written, so a client that saw the end never finds it taken.
     fn complete(&mut self) {
         self.guard = None;
+        self.run_slot = None;
         self.state
             .counters
             .completed

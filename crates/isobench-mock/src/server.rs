@@ -1,5 +1,6 @@
-//! The HTTP side: binding, routes, authentication, the concurrency limit,
-//! counters, and the handle a caller stops the server with.
+//! The HTTP side: binding, routes, authentication, the concurrency limit
+//! (429) and the queue in front of the running answers (`--max-running`),
+//! counters, `GET /metrics`, and the handle a caller stops the server with.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -13,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use isobench_api::{ErrorResponse, ModelCard, ModelList, unix_now};
-use tokio::sync::oneshot;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::config::Behaviour;
@@ -45,9 +46,15 @@ impl MockServer {
         let listener = listener.tap_io(|stream| {
             let _ = stream.set_nodelay(true);
         });
+        let running = behaviour
+            .config
+            .max_running
+            .map(|n| Arc::new(Semaphore::new(n)));
         let state = Arc::new(MockState {
             behaviour,
             timer,
+            running,
+            waiting: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
             served: AtomicU64::new(0),
             counters: Counters::default(),
@@ -56,6 +63,7 @@ impl MockServer {
         let router = Router::new()
             .route("/health", get(|| async { StatusCode::OK }))
             .route("/v1/models", get(models))
+            .route("/metrics", get(metrics))
             .route("/v1/completions", post(completions))
             .route("/v1/chat/completions", post(chat_completions))
             .with_state(Arc::clone(&state));
@@ -157,8 +165,10 @@ pub struct MockStats {
     pub cut: u64,
     /// 4xx for a bad request, unknown model or missing key.
     pub invalid: u64,
-    /// The most answers in progress at once.
+    /// The most answers in progress at once (queued ones included).
     pub peak_concurrency: u64,
+    /// The most answers waiting in the `--max-running` queue at once.
+    pub peak_waiting: u64,
 }
 
 #[derive(Default)]
@@ -169,6 +179,7 @@ pub(crate) struct Counters {
     pub cut: AtomicU64,
     pub invalid: AtomicU64,
     pub peak_concurrency: AtomicU64,
+    pub peak_waiting: AtomicU64,
 }
 
 impl Counters {
@@ -180,6 +191,7 @@ impl Counters {
             cut: self.cut.load(Ordering::Relaxed),
             invalid: self.invalid.load(Ordering::Relaxed),
             peak_concurrency: self.peak_concurrency.load(Ordering::Relaxed),
+            peak_waiting: self.peak_waiting.load(Ordering::Relaxed),
         }
     }
 }
@@ -199,7 +211,11 @@ pub struct WrittenAnswer {
 pub(crate) struct MockState {
     pub behaviour: Behaviour,
     pub timer: PreciseTimer,
-    /// Answers in progress, for the concurrency limit.
+    /// The running slots of `--max-running` (first come, first served).
+    running: Option<Arc<Semaphore>>,
+    /// Answers waiting for a running slot.
+    waiting: AtomicUsize,
+    /// Answers in progress (waiting or running), for the concurrency limit.
     pub active: AtomicUsize,
     /// Requests taken so far: each one's draws are seeded by its number.
     pub served: AtomicU64,
@@ -245,6 +261,20 @@ impl MockState {
                 Ok(guard)
             }
         }
+    }
+
+    /// Waits for a running slot (at once without `--max-running`); the
+    /// answer's timing starts when this returns.
+    pub async fn run_slot(&self) -> Option<OwnedSemaphorePermit> {
+        let running = self.running.as_ref()?;
+        let waiting = self.waiting.fetch_add(1, Ordering::AcqRel) + 1;
+        self.counters.peak_waiting.fetch_max(
+            u64::try_from(waiting).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        let _leave_queue = LeaveQueue(&self.waiting);
+        // The semaphore is never closed.
+        Arc::clone(running).acquire_owned().await.ok()
     }
 
     /// Refuses (404) a model the mock does not serve.
@@ -320,6 +350,32 @@ impl Drop for ActiveGuard {
     fn drop(&mut self) {
         self.0.active.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Leaves the `--max-running` queue, also when the client goes away.
+struct LeaveQueue<'a>(&'a AtomicUsize);
+
+impl Drop for LeaveQueue<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// `GET /metrics`: the running and waiting answers under vLLM's names, so a
+/// scraper reads the mock as it would a vLLM server.
+async fn metrics(State(state): State<Arc<MockState>>) -> impl IntoResponse {
+    let waiting = state.waiting.load(Ordering::Acquire);
+    let running = state.active.load(Ordering::Acquire).saturating_sub(waiting);
+    let model = &state.behaviour.config.models[0];
+    let body = format!(
+        "# HELP vllm:num_requests_running Answers being generated.\n\
+         # TYPE vllm:num_requests_running gauge\n\
+         vllm:num_requests_running{{model_name=\"{model}\"}} {running}\n\
+         # HELP vllm:num_requests_waiting Answers queued for a running slot (--max-running).\n\
+         # TYPE vllm:num_requests_waiting gauge\n\
+         vllm:num_requests_waiting{{model_name=\"{model}\"}} {waiting}\n"
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
 async fn models(

@@ -127,3 +127,101 @@ async fn a_whole_answer_waits_for_its_last_token() {
     // 30 ms + 2 x 10 ms: never earlier (later only by scheduling).
     assert!(started.elapsed() >= Duration::from_millis(50));
 }
+
+/// `--max-running 2` with a 100 ms service time: six requests at once are
+/// served two at a time, the others wait in the queue (shown on
+/// `/metrics` under vLLM's names), and each wave starts only when the one
+/// before it wrote its answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_max_running_wait_their_turn() {
+    let mock = start(MockConfig {
+        ttft: "fixed:100".parse().unwrap(),
+        max_running: Some(2),
+        record_writes: true,
+        ..MockConfig::default()
+    })
+    .await;
+    let url = mock.url();
+    let requests: Vec<_> = (0..6)
+        .map(|i| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let body = json!({"model": "mock", "prompt": format!("r{i}"), "max_tokens": 1});
+                reqwest::Client::new()
+                    .post(format!("{url}/v1/completions"))
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            })
+        })
+        .collect();
+    let mut seen_queue = None;
+    for _ in 0..200 {
+        let page = reqwest::get(format!("{url}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let gauge = |name: &str| -> f64 {
+            page.lines()
+                .find(|line| line.starts_with(name))
+                .and_then(|line| line.rsplit(' ').next())
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let (running, waiting) = (
+            gauge("vllm:num_requests_running{"),
+            gauge("vllm:num_requests_waiting{"),
+        );
+        assert!(running <= 2.0, "{page}");
+        if waiting > 0.0 {
+            seen_queue = Some((running, waiting));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (running, waiting) = seen_queue.expect("/metrics showed the queue");
+    assert_eq!(running, 2.0);
+    assert!(waiting >= 1.0);
+    for request in requests {
+        assert_eq!(request.await.unwrap(), 200);
+    }
+    let stats = mock.stats();
+    assert_eq!((stats.completed, stats.rejected), (6, 0));
+    assert_eq!(stats.peak_waiting, 4);
+    let mut written: Vec<Instant> = mock
+        .take_write_log()
+        .iter()
+        .map(|answer| answer.events[0])
+        .collect();
+    written.sort();
+    for wave in [2, 4] {
+        let gap = written[wave] - written[wave - 2];
+        assert!(
+            gap >= Duration::from_millis(100),
+            "wave {wave}: {gap:?} after the one before"
+        );
+    }
+    mock.shutdown().await;
+}
+
+#[test]
+fn max_running_0_is_refused_naming_the_flag() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let err = runtime
+        .block_on(MockServer::start(
+            MockConfig {
+                max_running: Some(0),
+                ..MockConfig::default()
+            },
+            "127.0.0.1:0".parse().unwrap(),
+        ))
+        .unwrap_err();
+    assert!(err.to_string().contains("--max-running"), "{err}");
+}

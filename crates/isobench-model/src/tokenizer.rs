@@ -95,12 +95,13 @@ impl Tokenizer {
                     .into(),
             });
         }
-        let inner = tokenizers::Tokenizer::from_file(&path).map_err(|err| {
-            ModelError::InvalidTokenizer {
-                path: path.clone(),
-                message: format!("not a loadable tokenizer: {err}"),
-            }
-        })?;
+        // isobench's one loader: truncation and padding off, so a prompt is
+        // never cut silently (validation refuses one over the context).
+        let inner =
+            isobench_tokenizer::load(&path).map_err(|error| ModelError::InvalidTokenizer {
+                path: error.path,
+                message: error.message,
+            })?;
         let tokenizer_config: RawTokenizerConfig =
             read_optional_json(&dir.join("tokenizer_config.json"))?;
         let generation: RawGenerationConfig =

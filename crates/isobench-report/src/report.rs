@@ -3,7 +3,9 @@
 //! A report holds the schema version, the tool's version, the run's
 //! metadata ([`RunMeta`], filled by the binary), the metrics [`Summary`]
 //! (SLO results included), the [`Validity`] verdict, the optional `gpu`
-//! section ([`crate::gpu`]), and beside them the
+//! section ([`crate::gpu`]), the per-request `samples`, the scraped
+//! `server_metrics` ([`crate::server_view`]), a load step's `step` and
+//! `steady_state` ([`crate::step`]), and beside them the
 //! flat keys of vLLM's `bench serve` result (`p99_ttft_ms`,
 //! `output_throughput`, ...; see [`crate::vllm`]). docs/report-schema.md
 //! documents every key; docs/report.schema.json is its JSON Schema.
@@ -15,12 +17,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use isobench_metrics::{Summary, Validity};
+use isobench_metrics::{Samples, Summary, Validity};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::ReportError;
 use crate::gpu::{GpuMeasurement, GpuReport};
+use crate::server_view::ServerMetrics;
+use crate::step::{SteadyState, StepMeta};
 use crate::vllm;
 
 /// The version of the JSON layout this crate writes.
@@ -54,6 +58,11 @@ pub struct RunMeta {
     pub interrupted: bool,
     /// How prompt lengths were made.
     pub prompt_token_source: PromptTokenSource,
+    /// The embedded server's configuration in words (model folder,
+    /// batching policy and its limits, KV pool), when the run started one;
+    /// `None` for an external target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
 }
 
 /// How prompts were synthesised to their token counts.
@@ -79,6 +88,19 @@ pub struct Report {
     /// that used one (see [`Report::with_gpu`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuReport>,
+    /// Each measured request's latencies, for comparisons and plots;
+    /// absent in reports written before samples were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<Samples>,
+    /// The endpoint's metrics scraped during the run, when it had any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_metrics: Option<ServerMetrics>,
+    /// The sweep or capacity search this run is a step of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepMeta>,
+    /// A step's steady-state figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_state: Option<SteadyState>,
     /// vLLM-compatible flat keys, derived from the summary.
     #[serde(flatten)]
     pub vllm: Map<String, Value>,
@@ -100,6 +122,10 @@ impl Report {
             summary,
             validity,
             gpu: None,
+            samples: None,
+            server_metrics: None,
+            step: None,
+            steady_state: None,
             vllm,
         }
     }

@@ -246,7 +246,7 @@ fn key_paths(value: &Value, at: &str, out: &mut Vec<String>) {
     match value {
         Value::Object(object) => {
             for (key, v) in object {
-                let key = if at == "summary.errors" {
+                let key = if at == "summary.errors" || at == "steady_state.summary.errors" {
                     "<kind>"
                 } else {
                     key.as_str()
@@ -270,14 +270,93 @@ fn key_paths(value: &Value, at: &str, out: &mut Vec<String>) {
 }
 
 #[test]
-fn the_key_set_matches_its_snapshot() {
+fn a_step_with_samples_server_metrics_and_steady_state_matches_the_schema() {
+    let report = common::sweep_steps("sweep-chat").remove(1);
+    let json = json_of(&report);
+    assert_eq!(json["samples"]["count"], 228);
+    assert_eq!(json["server_metrics"]["source"], "isobench");
+    assert_eq!(json["step"]["kind"], "sweep");
+    let errors = violations(&json);
+    assert!(errors.is_empty(), "{errors:#?}");
+    // Read back, the new sections write the same JSON (samples are kept
+    // to the microsecond).
+    let read = Report::from_json(&report.to_json(), std::path::Path::new("step.json")).unwrap();
+    let again = json_of(&read);
+    for key in ["samples", "server_metrics", "step"] {
+        assert!(again[key] == json[key], "{key} changed when read back");
+    }
+    assert_eq!(read.steady_state.map(|s| s.saturation.sent), Some(205));
+    let mut broken = json.clone();
+    broken["server_metrics"]["source"] = "triton".into();
+    broken["samples"]["ttft_ms"][0] = "fast".into();
+    assert_eq!(violations(&broken).len(), 2);
+}
+
+#[test]
+fn a_plan_matches_its_schema() {
+    use isobench_report::{ConfigurationPlan, PLAN_KIND, PlanResult, SCHEMA_VERSION, TrialRecord};
+    let trial = |rate: f64, passed: bool| TrialRecord {
+        rate,
+        seed: 7,
+        passed,
+        reasons: if passed {
+            vec![]
+        } else {
+            vec!["ttft_p99=500ms missed (620.0 ms)".into()]
+        },
+        report: "continuous/trial-00.json".into(),
+        throughput_rps: rate * 0.99,
+        goodput_rps: Some(rate * 0.98),
+    };
+    let plan = PlanResult {
+        kind: PLAN_KIND.into(),
+        schema_version: SCHEMA_VERSION,
+        tool_version: "0.1.0".into(),
+        workload: "chat".into(),
+        target: "embedded".into(),
+        slos: vec!["ttft_p99=500ms".into()],
+        target_rps: Some(200.0),
+        headroom: 0.2,
+        trials_at_capacity: 3,
+        tolerance: 0.1,
+        trial_duration_s: 20.0,
+        configurations: vec![ConfigurationPlan {
+            name: "continuous".into(),
+            server: Some("embedded models/small-llama, continuous batching (max 64 sequences), KV pool 4096 blocks".into()),
+            capacity_rps: Some(2.0),
+            upper_rps: Some(2.2),
+            goodput_rps: Some(1.96),
+            replicas: ConfigurationPlan::replicas_for(200.0, 2.0, 0.2),
+            converged: true,
+            trials: vec![trial(2.0, true), trial(2.2, false)],
+        }],
+        best: Some("continuous".into()),
+    };
+    let root = schema();
+    let value = serde_json::to_value(&plan).unwrap();
+    let mut errors = Vec::new();
+    validate(&root, &root["$defs"]["plan"], &value, "$", &mut errors);
+    assert!(errors.is_empty(), "{errors:#?}");
+    let mut broken = value.clone();
+    broken["configurations"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("upper_rps");
+    let mut errors = Vec::new();
+    validate(&root, &root["$defs"]["plan"], &broken, "$", &mut errors);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+}
+
+/// Compares the key set of `report` with the snapshot file `name`.
+fn check_key_snapshot(report: &Report, name: &str) {
     let mut paths = Vec::new();
-    key_paths(&json_of(&common::sample_report()), "", &mut paths);
+    key_paths(&json_of(report), "", &mut paths);
     paths.sort();
     paths.dedup();
     let actual = paths.join("\n") + "\n";
-    let snapshot =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/report_keys.txt");
+    let snapshot = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
     if std::env::var_os("ISOBENCH_UPDATE_SNAPSHOTS").is_some() {
         std::fs::write(&snapshot, &actual).unwrap();
     }
@@ -289,4 +368,14 @@ fn the_key_set_matches_its_snapshot() {
          meaning), then run with ISOBENCH_UPDATE_SNAPSHOTS=1 to rewrite {}.\nactual:\n{actual}",
         snapshot.display()
     );
+}
+
+#[test]
+fn the_key_set_matches_its_snapshot() {
+    check_key_snapshot(&common::sample_report(), "report_keys.txt");
+}
+
+#[test]
+fn the_key_set_of_a_step_matches_its_snapshot() {
+    check_key_snapshot(&common::sweep_steps("s").remove(0), "step_report_keys.txt");
 }

@@ -6,9 +6,11 @@
 //! sequence holds its blocks through a [`SeqBlocks`] guard (its block table)
 //! that gives them back in `Drop`, so a sequence that finishes, fails, is
 //! preempted or whose client disconnects frees its blocks by being dropped.
-//! Reference counts let a guard be [`SeqBlocks::fork`]ed so two sequences
-//! share blocks (the base for prefix caching); a block returns to the free
-//! list when its last holder lets go.
+//! Each block has a reference count (DESIGN.md's pool): today a block has
+//! one holder at most, since sharing blocks between sequences (prefix
+//! caching) would need copy-on-write of a shared last block, which the
+//! scheduler does not do; a block returns to the free list when its count
+//! drops to zero.
 //!
 //! The pool lives on the engine thread only (`Rc<RefCell<..>>`, no lock).
 
@@ -50,10 +52,6 @@ impl BlockPool {
         }
     }
 
-    pub fn block_size(&self) -> u32 {
-        self.block_size
-    }
-
     pub fn num_blocks(&self) -> u32 {
         self.state.borrow().refcounts.len() as u32
     }
@@ -76,11 +74,13 @@ impl BlockPool {
     }
 
     /// How many holders `block` has (0 when free).
+    #[cfg(test)]
     pub fn refcount(&self, block: u32) -> u32 {
         self.state.borrow().refcounts[block as usize]
     }
 
     /// The free list, for invariant checks.
+    #[cfg(test)]
     pub fn free_blocks(&self) -> Vec<u32> {
         self.state.borrow().free.clone()
     }
@@ -101,6 +101,7 @@ impl SeqBlocks {
     }
 
     /// Tokens these blocks can hold.
+    #[cfg(test)]
     pub fn capacity_tokens(&self) -> usize {
         self.blocks.len() * self.pool.block_size as usize
     }
@@ -137,19 +138,6 @@ impl SeqBlocks {
     pub fn slot(&self, position: usize) -> u32 {
         let block_size = self.pool.block_size as usize;
         self.blocks[position / block_size] * block_size as u32 + (position % block_size) as u32
-    }
-
-    /// A second table sharing every block of this one (each block's
-    /// reference count goes up by one).
-    pub fn fork(&self) -> SeqBlocks {
-        let mut state = self.pool.state.borrow_mut();
-        for &block in &self.blocks {
-            state.refcounts[block as usize] += 1;
-        }
-        SeqBlocks {
-            pool: self.pool.clone(),
-            blocks: self.blocks.clone(),
-        }
     }
 
     /// Releases every block; the table is empty afterwards.
@@ -194,26 +182,12 @@ mod tests {
         assert_eq!(pool.num_free(), 0);
     }
 
-    #[test]
-    fn forked_blocks_are_freed_by_their_last_holder() {
-        let pool = BlockPool::new(2, 4);
-        let mut a = pool.empty_table();
-        a.grow_to(5).unwrap();
-        let b = a.fork();
-        assert_eq!(pool.refcount(a.table()[0]), 2);
-        drop(a);
-        assert_eq!(pool.num_free(), 0);
-        drop(b);
-        assert_eq!(pool.num_free(), 2);
-    }
-
     #[derive(Debug, Clone)]
     enum Op {
         /// Start a table and grow it to this many tokens.
         Start(usize),
         /// Grow table `i % len` by this many tokens.
         Grow(usize, usize),
-        Fork(usize),
         Drop(usize),
     }
 
@@ -221,7 +195,6 @@ mod tests {
         prop_oneof![
             (1usize..80).prop_map(Op::Start),
             (any::<usize>(), 1usize..40).prop_map(|(i, n)| Op::Grow(i, n)),
-            any::<usize>().prop_map(Op::Fork),
             any::<usize>().prop_map(Op::Drop),
         ]
     }
@@ -288,11 +261,6 @@ mod tests {
                         if table.grow_to(*tokens + extra).is_ok() {
                             *tokens += extra;
                         }
-                    }
-                    Op::Fork(i) if !tables.is_empty() => {
-                        let (table, tokens) = &tables[i % tables.len()];
-                        let fork = table.fork();
-                        tables.push((fork, *tokens));
                     }
                     Op::Drop(i) if !tables.is_empty() => {
                         let index = i % tables.len();

@@ -1,10 +1,11 @@
 //! Server configuration: the validated [`ServerConfig`] the server runs
 //! with, and [`ServerArgs`], the raw command-line flags (clap derive, with
 //! `ISOBENCH_*` environment fallbacks) that turn into one. [`EngineArgs`]
-//! are the flags of the engine itself (device, dtype, CUDA graphs, KV pool
-//! size): `isobench serve` has them inside [`ServerArgs`], and `isobench
-//! run` flattens the same struct for its embedded server, so both commands
-//! share one definition and one set of defaults.
+//! (device, dtype, CUDA graphs, KV pool size) and [`BatchingArgs`] (the
+//! policy and its knobs) are the flags of the engine itself: `isobench
+//! serve` has them inside [`ServerArgs`], and `isobench run` flattens the
+//! same structs for its embedded server, so both commands share one
+//! definition and one set of defaults.
 //!
 //! Every knob has a documented default, so `ServerConfig::new(model_path)`
 //! is a complete configuration; [`ServerArgs::into_config`] rejects
@@ -274,10 +275,11 @@ impl BatchingConfig {
 }
 
 /// The `--batching` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum BatchingKind {
     Static,
     Dynamic,
+    #[default]
     Continuous,
 }
 
@@ -372,6 +374,72 @@ impl EngineArgs {
     }
 }
 
+/// The batching policy's flags: `isobench serve` has them inside
+/// [`ServerArgs`], and `isobench run` flattens the same struct for its
+/// embedded server, so both commands share one definition and one set of
+/// defaults. A knob of another policy is an error, not ignored.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
+pub struct BatchingArgs {
+    /// Batching policy.
+    #[arg(long, value_enum, default_value_t = BatchingKind::Continuous)]
+    pub batching: BatchingKind,
+    /// static/dynamic: the most requests in one batch [default: 32].
+    #[arg(long)]
+    pub max_batch_size: Option<u32>,
+    /// dynamic: start a smaller batch once the oldest request waited this long [default: 50ms].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_wait: Option<Duration>,
+    /// continuous: the most sequences running at once [default: 64].
+    #[arg(long)]
+    pub max_num_seqs: Option<u32>,
+    /// continuous: tokens computed per step, decode tokens plus prefill chunks [default: 512].
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u32>,
+}
+
+impl BatchingArgs {
+    /// The policy these flags describe, with the documented default for
+    /// every knob not given; a knob of another policy is rejected by name.
+    pub fn to_config(&self) -> Result<BatchingConfig, ServerError> {
+        let kind = self.batching;
+        let reject = |flag: &'static str, applies_to: &str| ServerError::Config {
+            flag,
+            message: format!("applies only to --batching {applies_to}, not --batching {kind}"),
+        };
+        if kind == BatchingKind::Continuous && self.max_batch_size.is_some() {
+            return Err(reject("--max-batch-size", "static or dynamic"));
+        }
+        if kind != BatchingKind::Dynamic && self.max_wait.is_some() {
+            return Err(reject("--max-wait", "dynamic"));
+        }
+        if kind != BatchingKind::Continuous {
+            if self.max_num_seqs.is_some() {
+                return Err(reject("--max-num-seqs", "continuous"));
+            }
+            if self.max_num_batched_tokens.is_some() {
+                return Err(reject("--max-num-batched-tokens", "continuous"));
+            }
+        }
+        let max_batch_size = self.max_batch_size.unwrap_or(DEFAULT_MAX_BATCH_SIZE);
+        Ok(match kind {
+            BatchingKind::Static => BatchingConfig::Static { max_batch_size },
+            BatchingKind::Dynamic => BatchingConfig::Dynamic {
+                max_batch_size,
+                max_wait: self.max_wait.unwrap_or(DEFAULT_MAX_WAIT),
+            },
+            BatchingKind::Continuous => {
+                let max_num_seqs = self.max_num_seqs.unwrap_or(DEFAULT_MAX_NUM_SEQS);
+                BatchingConfig::Continuous {
+                    max_num_seqs,
+                    max_num_batched_tokens: self
+                        .max_num_batched_tokens
+                        .unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS.max(max_num_seqs)),
+                }
+            }
+        })
+    }
+}
+
 /// The `--dtype` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DTypeArg {
@@ -458,21 +526,8 @@ pub struct ServerArgs {
     /// Port to bind; 0 picks a free one.
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Batching policy.
-    #[arg(long, value_enum, default_value_t = BatchingKind::Continuous)]
-    pub batching: BatchingKind,
-    /// static/dynamic: the most requests in one batch [default: 32].
-    #[arg(long)]
-    pub max_batch_size: Option<u32>,
-    /// dynamic: start a smaller batch once the oldest request waited this long [default: 50ms].
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub max_wait: Option<Duration>,
-    /// continuous: the most sequences running at once [default: 64].
-    #[arg(long)]
-    pub max_num_seqs: Option<u32>,
-    /// continuous: tokens computed per step, decode tokens plus prefill chunks [default: 512].
-    #[arg(long)]
-    pub max_num_batched_tokens: Option<u32>,
+    #[command(flatten)]
+    pub batching: BatchingArgs,
     /// Tokens per KV-cache block.
     #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
     pub block_size: u32,
@@ -497,7 +552,7 @@ pub struct ServerArgs {
 impl ServerArgs {
     /// The validated configuration these flags describe.
     pub fn into_config(self) -> Result<ServerConfig, ServerError> {
-        let batching = self.batching_config()?;
+        let batching = self.batching.to_config()?;
         let max_body_bytes = usize::try_from(self.max_body.0).map_err(|_| ServerError::Config {
             flag: "--max-body",
             message: format!("{} is too large for this machine", self.max_body),
@@ -518,45 +573,6 @@ impl ServerArgs {
         self.engine.apply(&mut config);
         config.validate()?;
         Ok(config)
-    }
-
-    fn batching_config(&self) -> Result<BatchingConfig, ServerError> {
-        let kind = self.batching;
-        let reject = |flag: &'static str, applies_to: &str| ServerError::Config {
-            flag,
-            message: format!("applies only to --batching {applies_to}, not --batching {kind}"),
-        };
-        if kind == BatchingKind::Continuous && self.max_batch_size.is_some() {
-            return Err(reject("--max-batch-size", "static or dynamic"));
-        }
-        if kind != BatchingKind::Dynamic && self.max_wait.is_some() {
-            return Err(reject("--max-wait", "dynamic"));
-        }
-        if kind != BatchingKind::Continuous {
-            if self.max_num_seqs.is_some() {
-                return Err(reject("--max-num-seqs", "continuous"));
-            }
-            if self.max_num_batched_tokens.is_some() {
-                return Err(reject("--max-num-batched-tokens", "continuous"));
-            }
-        }
-        let max_batch_size = self.max_batch_size.unwrap_or(DEFAULT_MAX_BATCH_SIZE);
-        Ok(match kind {
-            BatchingKind::Static => BatchingConfig::Static { max_batch_size },
-            BatchingKind::Dynamic => BatchingConfig::Dynamic {
-                max_batch_size,
-                max_wait: self.max_wait.unwrap_or(DEFAULT_MAX_WAIT),
-            },
-            BatchingKind::Continuous => {
-                let max_num_seqs = self.max_num_seqs.unwrap_or(DEFAULT_MAX_NUM_SEQS);
-                BatchingConfig::Continuous {
-                    max_num_seqs,
-                    max_num_batched_tokens: self
-                        .max_num_batched_tokens
-                        .unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS.max(max_num_seqs)),
-                }
-            }
-        })
     }
 }
 

@@ -1,7 +1,7 @@
 //! The GPU's own figures on `/metrics`: which GPU, its memory in use (and
 //! the peak since the server started) and the energy it has drawn since
 //! then. A sampler (the `nvml` module, in builds with the `cuda` feature)
-//! fills them from NVML every [`SAMPLE_INTERVAL`]; until it has, or on the
+//! fills them from NVML every 100 ms; until it has, or on the
 //! CPU, nothing is rendered, so a scraper that finds
 //! `isobench_gpu_info` knows the other series are real.
 //!
@@ -12,10 +12,6 @@
 use std::fmt::Write;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
-
-/// How often the sampler reads NVML.
-pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What NVML says about the GPU, read once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,16 +39,14 @@ pub struct GpuGauges {
 
 impl GpuGauges {
     /// Sets the GPU's identity, once; later calls are ignored.
+    #[cfg(any(feature = "cuda", test))]
     pub fn set_info(&self, info: GpuInfo) {
         let _ = self.info.set(info);
     }
 
-    pub fn info(&self) -> Option<&GpuInfo> {
-        self.info.get()
-    }
-
     /// Records one sample: device memory in use, and energy since start
     /// (`None` when the GPU cannot tell).
+    #[cfg(any(feature = "cuda", test))]
     pub fn record(&self, memory_used_bytes: u64, energy_mj: Option<u64>) {
         self.memory_used_bytes.store(memory_used_bytes, Relaxed);
         self.memory_peak_bytes.fetch_max(memory_used_bytes, Relaxed);
@@ -60,10 +54,6 @@ impl GpuGauges {
             self.energy_mj.store(energy, Relaxed);
             self.energy_supported.store(true, Relaxed);
         }
-    }
-
-    pub fn memory_peak_bytes(&self) -> u64 {
-        self.memory_peak_bytes.load(Relaxed)
     }
 
     /// Appends the Prometheus series, when a GPU has been described.

@@ -18,21 +18,21 @@
 //!
 //! How a request flows:
 //! - `listen` accepts connections (capped, with header, body and idle
-//!   timeouts from [`limits`]) and drains them at shutdown; `http` reads
+//!   timeouts from `limits`) and drains them at shutdown; `http` reads
 //!   the body and checks its type and the API key; `validate` turns the
 //!   request into a `ValidRequest` (prompt tokenized, through the
-//!   [`chat_template`] for chat, parameters in range, `max_tokens` fitting
+//!   `chat_template` for chat, parameters in range, `max_tokens` fitting
 //!   the context and the pool) or a 400/404.
 //! - `engine` queues it (429 when `--max-waiting` requests already wait)
 //!   for the engine thread, which owns the model, the KV cache and the
-//!   [`scheduler`] state. Each step the [`policy`] admits waiting requests,
+//!   `scheduler` state. Each step the `policy` admits waiting requests,
 //!   the scheduler plans decode tokens and prefill chunks over the
-//!   [`blocks`] pool (preempting the newest sequence when it runs out), the
-//!   model runs, the [`sampler`] picks tokens, and text goes back through
-//!   the [`stop`]-string matcher on the request's event channel.
+//!   `blocks` pool (preempting the newest sequence when it runs out), the
+//!   model runs, the `sampler` picks tokens, and text goes back through
+//!   the `stop`-string matcher on the request's event channel.
 //! - `respond` turns those events into a JSON body or an SSE stream;
-//!   [`metrics`] feeds `GET /metrics`, with the GPU's memory and energy
-//!   ([`gpu`], sampled from NVML in builds with the `cuda` feature).
+//!   `metrics` feeds `GET /metrics`, with the GPU's memory and energy
+//!   (`gpu`, sampled from NVML in builds with the `cuda` feature).
 //!
 //! `load` opens the device (`--device cpu|cuda|cuda:N`), loads the model
 //! with its options (dtype, CUDA graphs) and allocates the KV pool on the
@@ -40,34 +40,35 @@
 //! `--gpu-memory-fraction` of the free memory (docs/gpu.md).
 //!
 //! Configuration: [`ServerConfig`] (validated) and [`ServerArgs`] (the clap
-//! flags of `isobench serve`, with the engine's [`EngineArgs`]) in
-//! [`config`]; errors in [`error`].
+//! flags of `isobench serve`, with the engine's [`EngineArgs`] and
+//! [`BatchingArgs`]) in [`config`], which also holds every documented
+//! default; errors are one [`ServerError`] (`error`).
 
-pub mod blocks;
-pub mod chat_template;
+mod blocks;
+mod chat_template;
 pub mod config;
 mod engine;
-pub mod error;
-pub mod gpu;
+mod error;
+mod gpu;
 mod http;
-pub mod limits;
+mod limits;
 mod listen;
 mod load;
-pub mod metrics;
+mod metrics;
 #[cfg(feature = "cuda")]
 mod nvml;
-pub mod policy;
+mod policy;
 mod respond;
-pub mod sampler;
-pub mod scheduler;
+mod sampler;
+mod scheduler;
 mod server;
 mod step_logits;
-pub mod stop;
+mod stop;
 mod validate;
 
 pub use config::{
-    BatchingConfig, BatchingKind, ByteSize, DTypeArg, EngineArgs, KvPoolSize, ServerArgs,
-    ServerConfig, Toggle,
+    BatchingArgs, BatchingConfig, BatchingKind, ByteSize, DTypeArg, EngineArgs, KvPoolSize,
+    ServerArgs, ServerConfig, Toggle,
 };
 pub use error::ServerError;
 pub use limits::ConnectionLimits;

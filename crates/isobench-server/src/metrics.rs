@@ -90,10 +90,6 @@ impl Histogram {
         self.sum_nanos.fetch_add(scaled, Relaxed);
     }
 
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Relaxed)).sum()
-    }
-
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;
@@ -209,6 +205,7 @@ impl Metrics {
         self.requests_total[index].fetch_add(1, Relaxed);
     }
 
+    #[cfg(test)]
     pub fn requests_with_status(&self, status: &str) -> u64 {
         REQUEST_STATUSES
             .iter()
@@ -218,10 +215,6 @@ impl Metrics {
 
     pub fn observe_step(&self, phase: StepPhase, duration: Duration) {
         self.step_seconds[phase as usize].observe_duration(duration);
-    }
-
-    pub fn step_histogram(&self, phase: StepPhase) -> &Histogram {
-        &self.step_seconds[phase as usize]
     }
 
     /// Records what one model forward did: its tokens, whether a CUDA graph

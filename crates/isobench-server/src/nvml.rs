@@ -16,8 +16,11 @@ use candle_core::DeviceLocation;
 use isobench_model::Device;
 use nvml_wrapper::Nvml;
 
-use crate::gpu::{GpuInfo, SAMPLE_INTERVAL};
+use crate::gpu::GpuInfo;
 use crate::metrics::Metrics;
+
+/// How often the sampler reads NVML.
+const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How long the engine waits for NVML to describe the GPU before serving.
 const INIT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -104,7 +104,6 @@ pub struct State<P> {
     batch: StepBatch,
     rows: Vec<Row>,
     snapshot: Vec<WaitingEntry>,
-    preemptions: u64,
 }
 
 impl<P> State<P> {
@@ -117,7 +116,6 @@ impl<P> State<P> {
             batch: StepBatch::default(),
             rows: Vec::new(),
             snapshot: Vec::new(),
-            preemptions: 0,
         }
     }
 
@@ -143,11 +141,6 @@ impl<P> State<P> {
 
     pub fn is_idle(&self) -> bool {
         self.waiting.is_empty() && self.running.is_empty()
-    }
-
-    /// Preemptions since start.
-    pub fn preemptions(&self) -> u64 {
-        self.preemptions
     }
 
     /// The planned step's model input.
@@ -223,7 +216,6 @@ impl<P> State<P> {
     fn preempt(&mut self, mut seq: Sequence<P>) {
         seq.blocks = None;
         seq.num_computed = 0;
-        self.preemptions += 1;
         self.waiting.push_front(seq);
     }
 
@@ -439,7 +431,6 @@ mod tests {
         assert_eq!(state.pool().num_free(), 0);
         let s = summary(step(&mut state, 7));
         assert_eq!(s.preempted, 1);
-        assert_eq!(state.preemptions(), 1);
         assert_eq!(state.running().len(), 1);
         let preempted = &state.waiting()[0];
         assert_eq!((preempted.payload, preempted.num_computed), (1, 0));

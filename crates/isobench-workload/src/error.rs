@@ -5,8 +5,6 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::distribution::DISTRIBUTION_FORMS;
-
 /// Why a workload could not be loaded, overridden or planned.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
@@ -47,8 +45,8 @@ pub enum WorkloadError {
     Tokenizer { path: PathBuf, message: String },
 
     /// A compact distribution string such as `uniform:10,30` is invalid.
-    #[error("invalid distribution `{input}`: {message} (accepted: {DISTRIBUTION_FORMS})")]
-    Distribution { input: String, message: String },
+    #[error(transparent)]
+    Distribution(#[from] isobench_common::DistributionError),
 
     /// Nothing would ever stop the run.
     #[error(
@@ -68,7 +66,7 @@ impl WorkloadError {
             WorkloadError::Flag { .. } => "flag",
             WorkloadError::Data { .. } => "data_file",
             WorkloadError::Tokenizer { .. } => "tokenizer",
-            WorkloadError::Distribution { .. } => "distribution",
+            WorkloadError::Distribution(_) => "distribution",
             WorkloadError::NoStopCondition { .. } => "no_stop_condition",
         }
     }

@@ -34,8 +34,8 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, de::value::MapAccessDeserializer};
 
 use crate::context::FileContext;
-use crate::distribution::Distribution;
 use crate::error::WorkloadError;
+use isobench_common::Distribution;
 
 /// A length as written in the file: an integer, or a table.
 #[derive(Debug)]
@@ -236,13 +236,9 @@ impl LengthDistribution {
                 } else {
                     Distribution::lognormal(mean, std_dev)
                 };
-                LengthShape::Continuous(built.map_err(|error| {
-                    let message = match error {
-                        WorkloadError::Distribution { message, .. } => message,
-                        other => other.to_string(),
-                    };
-                    context.field_error(field, message)
-                })?)
+                LengthShape::Continuous(
+                    built.map_err(|error| context.field_error(field, error.message))?,
+                )
             }
             LengthKind::Empirical => {
                 let written = table.path.as_deref().unwrap_or(Path::new(""));

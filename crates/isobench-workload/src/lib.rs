@@ -13,7 +13,8 @@
 //!   with bounds (`input`);
 //! - when: closed loop, or the open-loop processes of `arrival`;
 //! - [`Distribution`]: the general compact distribution type
-//!   (`uniform:10,30`), also used by the mock endpoint.
+//!   (`uniform:10,30`), re-exported from `isobench-common`, where the mock
+//!   endpoint takes it from too.
 //!
 //! ```
 //! use isobench_workload::Workload;
@@ -41,7 +42,6 @@
 mod arrival;
 mod context;
 mod dataset;
-mod distribution;
 mod error;
 mod file;
 mod input;
@@ -55,11 +55,10 @@ mod synth;
 mod tokens;
 mod workload;
 
-pub use distribution::Distribution;
 pub use error::WorkloadError;
 pub use input::{MAX_LINE_BYTES, MAX_WORKLOAD_BYTES};
+pub use isobench_common::Distribution;
 pub use load::{ArrivalKind, Overrides};
 pub use plan::{ApiKind, LoadShape, Plan, PlannedRequest, Prompt, PromptTokens};
 pub use request::Sampling;
-pub use tokens::load_counting_tokenizer;
 pub use workload::{DEFAULT_TIMEOUT, Workload};

@@ -68,6 +68,9 @@ pub struct LoadShape {
     /// The mean rate the arrival process offers, in requests/s, when it has
     /// one (open loop); `None` for a closed loop.
     pub offered_rate: Option<f64>,
+    /// How long a rate-driven process takes to reach its rate (zero without
+    /// a ramp): a steady-state window starts after it.
+    pub ramp_up: Duration,
     /// A human description, e.g. `poisson 20 req/s, cap 64` or `closed loop, 8 concurrent`.
     pub description: String,
 }

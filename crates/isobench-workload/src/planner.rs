@@ -175,6 +175,10 @@ fn shape(load: &LoadSettings, requests: &Requests) -> LoadShape {
             .or_else(|| trace_length.map(|n| n.saturating_sub(load.warmup))),
         warmup: load.warmup,
         offered_rate,
+        ramp_up: match &load.arrival {
+            Arrival::Rate { ramp_up, .. } => *ramp_up,
+            _ => Duration::ZERO,
+        },
         description,
     }
 }

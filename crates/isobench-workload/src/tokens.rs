@@ -16,25 +16,6 @@ use crate::plan::PromptTokens;
 /// the usual rule of thumb for English text in GPT/Llama-style vocabularies.
 const CHARS_PER_TOKEN: usize = 4;
 
-/// Loads a Hugging Face `tokenizer.json` for counting tokens: its
-/// truncation and padding are turned off, so that a count is never capped
-/// at the file's `max_length` nor padded up to it. The one loader of the
-/// client side: the workload's prompt counts and the binary's output counts
-/// both come from it.
-pub fn load_counting_tokenizer(path: &Path) -> Result<Tokenizer, WorkloadError> {
-    let error = |message: String| WorkloadError::Tokenizer {
-        path: path.to_path_buf(),
-        message,
-    };
-    crate::input::open_regular(path).map_err(error)?;
-    let mut tokenizer = Tokenizer::from_file(path).map_err(|e| error(e.to_string()))?;
-    tokenizer
-        .with_truncation(None)
-        .map_err(|e| error(e.to_string()))?
-        .with_padding(None);
-    Ok(tokenizer)
-}
-
 /// Counts the tokens of a text.
 #[derive(Clone)]
 pub(crate) enum TokenCounter {
@@ -52,11 +33,15 @@ impl std::fmt::Debug for TokenCounter {
 }
 
 impl TokenCounter {
-    /// Loads a `tokenizer.json` for counting ([`load_counting_tokenizer`]).
+    /// Loads a `tokenizer.json` for counting, by isobench's one loader
+    /// (truncation and padding off: a count is never capped or padded).
     pub(crate) fn load(path: &Path) -> Result<Self, WorkloadError> {
-        Ok(TokenCounter::Exact(Arc::new(load_counting_tokenizer(
-            path,
-        )?)))
+        let tokenizer =
+            isobench_tokenizer::load(path).map_err(|error| WorkloadError::Tokenizer {
+                path: error.path,
+                message: error.message,
+            })?;
+        Ok(TokenCounter::Exact(Arc::new(tokenizer)))
     }
 
     /// The token count of `text` (without special tokens); `None` if the

@@ -1,69 +1,74 @@
-//! `isobench compare BASE.json NEW.json`: two reports side by side. For
-//! each latency figure, p50 and p99 of both runs, the relative change, and
-//! whether the change is beyond the runs' 95% confidence intervals (a
-//! difference inside them may be noise).
+//! `isobench compare BASE.json NEW.json [MORE.json ...]`: each candidate
+//! against the baseline, figure by figure. From the reports' per-request
+//! samples: for TTFT, TPOT and E2E, the p50, p99 and mean of both runs,
+//! the relative difference with a 95% bootstrap interval and a plain
+//! verdict, a Mann-Whitney U test, and the IQR rule's outliers (reported,
+//! never removed); statistics with too few samples are flagged, not
+//! judged. Reports without samples (older isobench) are judged by their
+//! percentiles' intervals. Then request and output-token throughput.
+//! The statistics are in `isobench_report::comparison`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use isobench_metrics::{Comparison, Percentile, Verdict, compare_percentile};
-use isobench_report::Report;
+use isobench_report::{Report, comparison, tables};
 
 #[derive(clap::Args)]
 pub struct CompareArgs {
-    /// The baseline report (JSON written by `isobench run`).
+    /// The baseline report (JSON written by `isobench run`, `sweep` or `plan`).
     baseline: PathBuf,
-    /// The candidate report.
-    candidate: PathBuf,
+    /// The candidates, each compared with the baseline.
+    #[arg(required = true)]
+    candidates: Vec<PathBuf>,
 }
 
 pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     let base = Report::read_json(&args.baseline)?;
-    let new = Report::read_json(&args.candidate)?;
-    print!("{}", render(&base, &new));
+    for path in &args.candidates {
+        let new = Report::read_json(path)?;
+        print!(
+            "{}",
+            render(&base, &name(&args.baseline), &new, &name(path))
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-fn render(base: &Report, new: &Report) -> String {
-    let mut out = String::new();
-    out.push_str(&format!(
-        "baseline:  {} ({}, {})\ncandidate: {} ({}, {})\n\n",
+/// A report's name in verdicts: its file stem.
+pub fn name(path: &Path) -> String {
+    path.file_stem().map_or_else(
+        || path.display().to_string(),
+        |stem| stem.to_string_lossy().into_owned(),
+    )
+}
+
+fn render(base: &Report, base_name: &str, new: &Report, new_name: &str) -> String {
+    let mut out = format!(
+        "baseline:  {base_name}: {} ({}, {})\ncandidate: {new_name}: {} ({}, {})\n\n",
         base.run.workload,
         base.run.target,
         base.run.load,
         new.run.workload,
         new.run.target,
         new.run.load
-    ));
-    out.push_str(&format!(
-        "{:<12} {:>12} {:>12} {:>9}  {}\n",
-        "figure", "baseline", "candidate", "change", "verdict (95% CI)"
-    ));
-    let latencies = [
-        (
-            "ttft",
-            &base.summary.latency.ttft,
-            &new.summary.latency.ttft,
-        ),
-        (
-            "tpot",
-            &base.summary.latency.tpot,
-            &new.summary.latency.tpot,
-        ),
-        (
-            "itl",
-            &base.summary.latency.itl_per_event,
-            &new.summary.latency.itl_per_event,
-        ),
-        ("e2el", &base.summary.latency.e2e, &new.summary.latency.e2e),
-    ];
-    for (name, b, n) in latencies {
-        for (label, percentile) in [("p50", Percentile::P50), ("p99", Percentile::P99)] {
-            let comparison = compare_percentile(b.as_ref(), n.as_ref(), percentile);
-            out.push_str(&latency_row(&format!("{label} {name} ms"), &comparison));
+    );
+    let comparisons = comparison::compare(base, new);
+    out.push_str(&tables::comparison(new_name, &comparisons).text());
+    out.push('\n');
+    for metric in &comparisons {
+        out.push_str(&format!(
+            "{:<5} n = {} / {}; {}\n",
+            metric.name,
+            metric.baseline_n,
+            metric.candidate_n,
+            metric.mann_whitney_text()
+        ));
+        if let Some(outliers) = metric.outliers_text() {
+            out.push_str(&format!("      {outliers}\n"));
         }
     }
-    let throughput = [
+    out.push('\n');
+    for (name, b, n) in [
         (
             "req/s",
             base.summary.throughput.requests_per_s,
@@ -74,40 +79,23 @@ fn render(base: &Report, new: &Report) -> String {
             base.summary.throughput.output_tokens_per_s,
             new.summary.throughput.output_tokens_per_s,
         ),
-    ];
-    for (name, b, n) in throughput {
+    ] {
         out.push_str(&format!(
             "{:<12} {:>12.2} {:>12.2} {:>9}\n",
             name,
             b,
             n,
-            change(Some(b), Some(n))
+            change(b, n)
         ));
     }
+    out.push('\n');
     out
 }
 
-fn latency_row(name: &str, comparison: &Comparison) -> String {
-    let value = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
-    let verdict = match comparison.verdict {
-        Verdict::Lower => "lower: a real improvement",
-        Verdict::Higher => "higher: a real regression",
-        Verdict::NoSignificantDifference => "no significant difference",
-        Verdict::NotEnoughSamples => "not enough samples to tell",
-    };
-    format!(
-        "{:<12} {:>12} {:>12} {:>9}  {}\n",
-        name,
-        value(comparison.baseline_ms),
-        value(comparison.candidate_ms),
-        change(comparison.baseline_ms, comparison.candidate_ms),
-        verdict
-    )
-}
-
-fn change(base: Option<f64>, new: Option<f64>) -> String {
-    match (base, new) {
-        (Some(b), Some(n)) if b > 0.0 => format!("{:+.1}%", (n / b - 1.0) * 100.0),
-        _ => "-".to_owned(),
+fn change(base: f64, new: f64) -> String {
+    if base > 0.0 {
+        format!("{:+.1}%", (new / base - 1.0) * 100.0)
+    } else {
+        "-".to_owned()
     }
 }

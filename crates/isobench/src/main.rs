@@ -6,9 +6,28 @@
 //!   and report latency and throughput ([`run`]);
 //! - `isobench serve`: the embedded OpenAI-compatible model server ([`serve`]);
 //! - `isobench mock`: the synthetic endpoint with injected latency ([`mock`]);
-//! - `isobench compare BASE.json NEW.json`: two reports side by side, with a
+//! - `isobench sweep WORKLOAD`: one measured step per load level, each from
+//!   its steady-state window, ending in a table and a throughput-latency
+//!   curve ([`sweep`]);
+//! - `isobench plan WORKLOAD --slo ...`: the highest rate one replica
+//!   sustains within the SLOs, and the replicas a target rate needs
+//!   ([`plan`]);
+//! - `isobench compare BASE.json NEW.json...`: reports side by side, with a
 //!   verdict on whether each difference is statistically real ([`compare`]);
-//! - `isobench summary REPORT.json...`: many runs, one row each ([`summary`]).
+//! - `isobench summary REPORT.json...`: many runs, one row each ([`summary`]);
+//! - `isobench report REPORT.json... --html FILE`: tables and plots ([`report`]).
+//!
+//! The measuring shared by `run`, `sweep` and `plan` is in [`measure`]
+//! (the target in [`target`], the scraped metrics in [`observe`]).
+//!
+//! Flags: one convention. A library that runs on its own from the command
+//! line defines its flags next to its configuration, as clap `Args`
+//! structs that turn into its validated config (`isobench-server`:
+//! `ServerArgs`, with `EngineArgs` and `BatchingArgs`; `isobench-mock`:
+//! `MockConfig`); a subcommand here flattens them and adds only the flags
+//! of its own wiring (`run`'s workload, target, overrides and outputs), so
+//! `isobench run` and `isobench serve` share one definition and one set of
+//! defaults for the embedded server.
 //!
 //! Exit codes: 0 success; 1 an SLO given on the command line was missed;
 //! 2 an error (bad input, an output that cannot be written, unreachable
@@ -19,10 +38,17 @@
 mod compare;
 mod default_model;
 mod gpu;
+mod measure;
 mod mock;
+mod observe;
+mod plan;
+mod report;
 mod run;
 mod serve;
+mod step;
 mod summary;
+mod sweep;
+mod target;
 mod tokens;
 
 use std::process::ExitCode;
@@ -44,10 +70,16 @@ enum Command {
     Serve(Box<isobench_server::ServerArgs>),
     /// Serve a synthetic OpenAI-compatible endpoint with injected latency, errors and chunking.
     Mock(Box<mock::MockArgs>),
-    /// Compare two JSON reports: each figure side by side, with a significance verdict.
+    /// One measured step per load level (rates, concurrencies, or found automatically): a table and a curve.
+    Sweep(Box<sweep::SweepArgs>),
+    /// The highest request rate one replica sustains within the SLOs, and the replicas a target rate needs.
+    Plan(Box<plan::PlanArgs>),
+    /// Compare JSON reports with a baseline: each figure side by side, with a significance verdict.
     Compare(compare::CompareArgs),
     /// Several JSON reports, one row each: throughput and TTFT/TPOT side by side.
     Summary(summary::SummaryArgs),
+    /// Tables of several JSON reports, as text or Markdown, and an HTML page with plots.
+    Report(report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,8 +107,11 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(*args).await,
             Command::Serve(args) => serve::serve(*args).await,
             Command::Mock(args) => mock::mock(*args).await,
+            Command::Sweep(args) => sweep::sweep(*args).await,
+            Command::Plan(args) => plan::plan(*args).await,
             Command::Compare(args) => compare::compare(&args),
             Command::Summary(args) => summary::summary(&args),
+            Command::Report(args) => report::report(&args),
         }
     });
     match result {

@@ -4,86 +4,46 @@
 //! per-request JSONL log that the engine streams while the run goes.
 //! Everything the end of the run needs (output paths, flag values) is
 //! checked before it starts ([`precheck`]).
-//! Against a target that describes its GPU on `/metrics` the report gets
-//! a `gpu` section ([`crate::gpu`]).
+//! The measuring itself ([`crate::measure`]) is shared with `sweep` and
+//! `plan`: the endpoint's metrics are scraped into the report's time line
+//! (and a GPU's into its `gpu` section), every measured request's samples
+//! kept for comparisons and plots.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
-use isobench_api::SamplingParams;
-use isobench_loadgen::{
-    HttpBackend, HttpBackendConfig, LoadgenError, ProgressMode, RunOptions, RunOutcome,
-};
-use isobench_metrics::{Recorder, Slo, assess_validity_with_max_error_rate};
-use isobench_report::{PromptTokenSource, Report, RunMeta, format_started_at, table};
-use isobench_server::config::{DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_WAIT};
-use isobench_server::{
-    BatchingConfig, BatchingKind, EngineArgs, Server, ServerConfig, ServerHandle,
-};
-use isobench_workload::{ApiKind, ArrivalKind, Overrides, PromptTokens, Workload};
+use isobench_loadgen::ProgressMode;
+use isobench_metrics::Slo;
+use isobench_report::{format_started_at, table};
+use isobench_server::{BatchingArgs, EngineArgs};
+use isobench_workload::{ArrivalKind, Overrides, Workload};
 use tokio_util::sync::CancellationToken;
 
-use crate::default_model::{DEFAULT_SERVER_MODEL, resolve_model_folder};
-use crate::gpu::GpuProbe;
-use crate::tokens::TokenizerCounter;
+use crate::measure::{MeasureOptions, measure};
+use crate::target::{Endpoint, EndpointArgs, Target, embedded_config};
 
-mod precheck;
+pub mod precheck;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
     /// The workload file (TOML; see docs/workloads.md).
     workload: PathBuf,
 
-    /// Base URL of an OpenAI-compatible endpoint (`http://host:port`, with or
-    /// without `/v1`). Without it, isobench's own model server is started
-    /// in-process on 127.0.0.1 and stopped after the run.
-    #[arg(long, value_name = "URL")]
-    target: Option<String>,
+    /// The endpoint, the client and the metrics scraped.
+    #[command(flatten)]
+    pub endpoint: EndpointArgs,
 
-    /// Model name sent in every request. Default: the only model the
-    /// endpoint lists.
-    #[arg(long, value_name = "NAME")]
-    model: Option<String>,
-
-    /// Environment variable holding the endpoint's API key (sent as
-    /// `Authorization: Bearer`). The key itself is never a flag and never
-    /// printed. Without --target, the embedded server's variable (ISOBENCH_API_KEY).
-    #[arg(long, value_name = "VAR", default_value = "OPENAI_API_KEY")]
-    api_key_env: String,
-
-    /// Use HTTP/2 (prior knowledge for http://, ALPN for https://).
-    #[arg(long)]
-    http2: bool,
-
-    /// Ask for `usage` in every stream chunk (vLLM's
-    /// `stream_options.continuous_usage_stats`), so that each event's token
-    /// count is exact for the per-token ITL view. Always on against the
-    /// embedded server; strict endpoints may reject the field.
-    #[arg(long)]
-    usage_per_event: bool,
-
-    /// Tokenizer (`tokenizer.json`) of the endpoint's model: prompts get
-    /// exact token counts and streamed text is counted when the server
-    /// reports no usage. Default: the workload's `tokenizer`, or the
-    /// embedded model's.
-    #[arg(long, value_name = "FILE")]
-    tokenizer: Option<PathBuf>,
-
-    /// Model folder of the embedded server (used without --target).
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_SERVER_MODEL)]
-    server_model: PathBuf,
-
-    /// Batching policy of the embedded server (used without --target).
-    #[arg(long, value_enum, default_value_t = BatchingKind::Continuous)]
-    batching: BatchingKind,
+    /// The embedded server's batching (used without --target): --batching,
+    /// --max-batch-size, --max-wait, --max-num-seqs, --max-num-batched-tokens.
+    #[command(flatten)]
+    pub batching: BatchingArgs,
 
     /// The embedded server's engine (used without --target): --device,
     /// --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks, --kv-memory.
     #[command(flatten)]
-    engine: EngineArgs,
+    pub engine: EngineArgs,
 
     /// Closed loop: requests in flight. Open loop: a cap on requests in flight.
     #[arg(long, value_name = "N")]
@@ -123,20 +83,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "LIST")]
     slo: Vec<String>,
 
-    /// Per-request timeout, e.g. `30s`. Default: the workload's (300 s).
-    #[arg(long, value_name = "DURATION", value_parser = precheck::positive_duration)]
-    timeout: Option<Duration>,
-
     /// The share of requests (failed / completed + failed) that may fail
     /// before the run is invalid and exits with 3; a run where every
     /// request failed always is.
     #[arg(long, value_name = "SHARE", default_value = "0.05", value_parser = precheck::error_rate)]
     max_error_rate: f64,
-
-    /// The largest streamed event accepted, in bytes; a larger one fails
-    /// its request as `malformed_event`.
-    #[arg(long, value_name = "BYTES", default_value = "1048576", value_parser = precheck::event_bytes)]
-    max_event_bytes: usize,
 
     /// JSON report path. Default: results/WORKLOAD-TIMESTAMP.json.
     #[arg(long, short, value_name = "FILE")]
@@ -178,73 +129,52 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         precheck::csv_appendable(csv)?;
     }
 
-    let target = Target::start(&args).await?;
-    let tokenizer = args
-        .tokenizer
-        .clone()
-        .or_else(|| workload.tokenizer().map(Path::to_path_buf))
-        .or_else(|| target.tokenizer());
-    let plan = workload.plan(tokenizer.as_deref())?;
-
-    let (backend, model) = connect(&args, &workload, &target, tokenizer.as_deref()).await?;
-
-    let gpu = GpuProbe::start(&target.url()).await;
-    let cancel = CancellationToken::new();
-    let interrupt = tokio::spawn(watch_ctrl_c(cancel.clone()));
-    let started_at = SystemTime::now();
-    let options = RunOptions {
-        progress: ProgressMode::detect(args.quiet),
-        jsonl: Some(log.clone()),
-        drain_timeout: args.drain_timeout,
-        cancel,
-        recorder: Recorder::with_slos(&slos.all),
-        ..RunOptions::default()
+    let target = start_target(&args.endpoint, &args.batching, &args.engine).await?;
+    let measured = match Endpoint::connect(&args.endpoint, &workload, &target).await {
+        Ok(endpoint) => {
+            let cancel = CancellationToken::new();
+            let interrupt = tokio::spawn(watch_ctrl_c(cancel.clone()));
+            let options = MeasureOptions {
+                slos: &slos.all,
+                max_error_rate: args.max_error_rate,
+                progress: ProgressMode::detect(args.quiet),
+                log: Some(log.clone()),
+                drain_timeout: args.drain_timeout,
+                cancel,
+                steady_state: false,
+            };
+            let measured = measure(
+                &args.endpoint,
+                &target,
+                &endpoint,
+                &workload,
+                &args.workload,
+                options,
+            )
+            .await;
+            interrupt.abort();
+            measured
+        }
+        Err(err) => Err(err),
     };
-    let outcome = isobench_loadgen::run(plan, Arc::new(backend), options).await;
-    interrupt.abort();
-    let gpu = match (gpu, &outcome) {
-        (Some(probe), Ok(outcome)) => Some(probe.finish(outcome.started, outcome.window).await),
-        _ => None,
-    };
-    let url = target.url();
     target.stop().await;
-    let outcome = outcome?;
+    let measured = measured?;
+    let report = measured.report;
 
-    let meta = RunMeta {
-        workload: workload.name().to_owned(),
-        workload_file: Some(args.workload.display().to_string()),
-        target: url,
-        model,
-        api: api_name(workload.api()).to_owned(),
-        streaming: workload.stream(),
-        seed: Some(workload.seed()),
-        load: outcome.shape.description.clone(),
-        started_at: format_started_at(started_at),
-        duration_s: outcome.elapsed.as_secs_f64(),
-        interrupted: outcome.interrupted,
-        prompt_token_source: match outcome.prompt_tokens {
-            PromptTokens::Tokenizer => PromptTokenSource::Tokenizer,
-            PromptTokens::Approximate => PromptTokenSource::Approximate,
-        },
-    };
-    let mut report = build_report(meta, &outcome, args.max_error_rate);
-    if let Some(gpu) = gpu {
-        report = report.with_gpu(gpu);
-    }
     println!("{}", table::render(&report));
     report.write_json(&output)?;
     eprintln!("report: {}", output.display());
     eprintln!(
         "per-request log: {} ({} requests)",
         log.display(),
-        outcome.logged
+        measured.logged
     );
     if let Some(csv) = &args.csv {
         isobench_report::csv::append(&report, csv)?;
         eprintln!("csv row appended: {}", csv.display());
     }
 
-    if outcome.interrupted {
+    if measured.interrupted {
         return Ok(ExitCode::from(130));
     }
     if report.validity.too_many_errors {
@@ -265,6 +195,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--target`, or the embedded server of `batching` and `engine`; their
+/// flags with `--target` are an error, as is a knob of another policy.
+pub async fn start_target(
+    endpoint: &EndpointArgs,
+    batching: &BatchingArgs,
+    engine: &EngineArgs,
+) -> anyhow::Result<Target> {
+    if endpoint.target.is_some()
+        && (*engine != EngineArgs::default() || *batching != BatchingArgs::default())
+    {
+        bail!(
+            "--batching, --max-batch-size, --max-wait, --max-num-seqs, --max-num-batched-tokens, \
+             --device, --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks and --kv-memory \
+             apply to the embedded server only; without --target, or pass them to `isobench serve`"
+        );
+    }
+    let batching = batching.to_config()?;
+    Target::start(endpoint, |folder| embedded_config(folder, batching, engine)).await
+}
+
 fn overrides(args: &RunArgs) -> Overrides {
     Overrides {
         concurrency: args.concurrency,
@@ -278,23 +228,16 @@ fn overrides(args: &RunArgs) -> Overrides {
     }
 }
 
-fn build_report(meta: RunMeta, outcome: &RunOutcome, max_error_rate: f64) -> Report {
-    let summary = outcome.recorder.summarize(outcome.window_duration());
-    let validity =
-        assess_validity_with_max_error_rate(&summary, outcome.offered_rate, max_error_rate);
-    Report::new(meta, summary, validity)
-}
-
 /// The SLOs of a run: the workload file's and the command line's. Goodput
 /// counts requests meeting all of them; only the command line's decide the
 /// exit code.
-struct Slos {
-    all: Vec<Slo>,
-    command_line: Vec<Slo>,
+pub struct Slos {
+    pub all: Vec<Slo>,
+    pub command_line: Vec<Slo>,
 }
 
 impl Slos {
-    fn collect(workload: &Workload, flags: &[String]) -> anyhow::Result<Self> {
+    pub fn collect(workload: &Workload, flags: &[String]) -> anyhow::Result<Self> {
         let mut all = Vec::new();
         for (key, value) in workload.slo() {
             let slo = Slo::from_key_value(key, value)
@@ -316,138 +259,7 @@ fn same_objective(a: &Slo, b: &Slo) -> bool {
     a.metric == b.metric && a.statistic == b.statistic
 }
 
-/// Where the requests go.
-enum Target {
-    External(String),
-    Embedded(Box<ServerHandle>, PathBuf),
-}
-
-impl Target {
-    async fn start(args: &RunArgs) -> anyhow::Result<Self> {
-        if let Some(url) = &args.target {
-            if args.engine != EngineArgs::default() {
-                bail!(
-                    "--device, --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks and --kv-memory \
-                     apply to the embedded server only; without --target, or pass them to `isobench serve`"
-                );
-            }
-            return Ok(Target::External(url.clone()));
-        }
-        let folder = resolve_model_folder(&args.server_model)?;
-        let mut config = ServerConfig::new(&folder);
-        config.port = 0;
-        config.batching = match args.batching {
-            BatchingKind::Static => BatchingConfig::Static {
-                max_batch_size: DEFAULT_MAX_BATCH_SIZE,
-            },
-            BatchingKind::Dynamic => BatchingConfig::Dynamic {
-                max_batch_size: DEFAULT_MAX_BATCH_SIZE,
-                max_wait: DEFAULT_MAX_WAIT,
-            },
-            BatchingKind::Continuous => BatchingConfig::default(),
-        };
-        args.engine.apply(&mut config);
-        eprintln!(
-            "no --target: starting the embedded server ({}, {} batching)",
-            folder.display(),
-            args.batching
-        );
-        let server = Server::start(config)
-            .await
-            .with_context(|| format!("starting the embedded server for {}", folder.display()))?;
-        Ok(Target::Embedded(Box::new(server), folder))
-    }
-
-    fn url(&self) -> String {
-        match self {
-            Target::External(url) => url.clone(),
-            Target::Embedded(server, _) => server.url(),
-        }
-    }
-
-    /// The embedded model's tokenizer, for exact prompt lengths.
-    fn tokenizer(&self) -> Option<PathBuf> {
-        match self {
-            Target::External(_) => None,
-            Target::Embedded(_, folder) => Some(folder.join("tokenizer.json")),
-        }
-    }
-
-    async fn stop(self) {
-        if let Target::Embedded(server, _) = self {
-            server.shutdown().await;
-        }
-    }
-}
-
-/// Builds the HTTP backend and checks the endpoint before the run.
-async fn connect(
-    args: &RunArgs,
-    workload: &Workload,
-    target: &Target,
-    tokenizer: Option<&Path>,
-) -> anyhow::Result<(HttpBackend, String)> {
-    let api_key_env = match target {
-        Target::External(_) => args.api_key_env.clone(),
-        Target::Embedded(..) => isobench_server::config::DEFAULT_API_KEY_ENV.to_owned(),
-    };
-    let sampling = workload.sampling();
-    let mut config = HttpBackendConfig::new(target.url(), "");
-    config.api = workload.api();
-    config.stream = workload.stream();
-    config.headers = workload
-        .headers()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    config.extra_body = workload.extra_body().clone();
-    config.api_key = std::env::var(&api_key_env)
-        .ok()
-        .filter(|key| !key.is_empty());
-    config.timeout = args.timeout.unwrap_or_else(|| workload.timeout());
-    config.max_event_bytes = args.max_event_bytes;
-    config.http2 = args.http2;
-    config.continuous_usage = args.usage_per_event || matches!(target, Target::Embedded(..));
-    config.sampling = SamplingParams {
-        temperature: sampling.temperature.map(|t| t as f32),
-        top_p: sampling.top_p.map(|p| p as f32),
-        top_k: sampling.top_k.map(|k| i32::try_from(k).unwrap_or(i32::MAX)),
-        seed: None,
-        ignore_eos: workload.ignore_eos().then_some(true),
-        ..SamplingParams::default()
-    };
-    if let Some(path) = tokenizer {
-        config.token_counter = Some(Arc::new(TokenizerCounter::from_file(path)?));
-    }
-
-    let model = match (&args.model, target) {
-        (Some(model), _) => model.clone(),
-        (None, Target::Embedded(server, _)) => server.model_name().to_owned(),
-        (None, Target::External(_)) => only_listed_model(HttpBackend::new(config.clone())?).await?,
-    };
-    config.model = model.clone();
-    let backend = HttpBackend::new(config)?;
-    backend.preflight().await?;
-    Ok((backend, model))
-}
-
-/// Without `--model`: the model an endpoint lists, when it lists exactly one.
-async fn only_listed_model(probe: HttpBackend) -> anyhow::Result<String> {
-    match probe.preflight().await {
-        Err(LoadgenError::UnknownModel { available, url, .. }) => match available.as_slice() {
-            [only] => Ok(only.clone()),
-            [] => bail!("{url} lists no models: pass --model NAME"),
-            many => bail!(
-                "{url} serves several models: pass --model with one of: {}",
-                many.join(", ")
-            ),
-        },
-        Err(err) => Err(err.into()),
-        Ok(_) => bail!("pass --model NAME"),
-    }
-}
-
-async fn watch_ctrl_c(cancel: CancellationToken) {
+pub async fn watch_ctrl_c(cancel: CancellationToken) {
     crate::ctrl_c().await;
     eprintln!(
         "\ninterrupted: no new requests; waiting for those in flight (Ctrl-C again to quit now)"
@@ -463,11 +275,4 @@ fn default_output(workload: &Workload) -> PathBuf {
         .replace([':', '-'], "")
         .replace('.', "-");
     PathBuf::from("results").join(format!("{}-{stamp}.json", workload.name()))
-}
-
-fn api_name(api: ApiKind) -> &'static str {
-    match api {
-        ApiKind::Completions => "completions",
-        ApiKind::Chat => "chat",
-    }
 }

@@ -6,13 +6,13 @@ use std::path::Path;
 use isobench_loadgen::TokenCounter;
 
 /// A Hugging Face `tokenizer.json`, counting tokens without special tokens,
-/// loaded by the workload crate's one loader (truncation and padding off,
-/// so a long answer is never counted at the file's `max_length`).
-pub struct TokenizerCounter(tokenizers::Tokenizer);
+/// loaded by isobench's one loader (truncation and padding off, so a long
+/// answer is never counted at the file's `max_length`).
+pub struct TokenizerCounter(isobench_tokenizer::Tokenizer);
 
 impl TokenizerCounter {
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        Ok(Self(isobench_workload::load_counting_tokenizer(path)?))
+        Ok(Self(isobench_tokenizer::load(path)?))
     }
 }
 

@@ -421,12 +421,13 @@ async fn compare_tells_a_real_ttft_regression_from_noise() {
     };
     let slower = compare(&reports[0], &reports[1]);
     assert!(
-        row(&slower, "p50 ttft ms").contains("higher: a real regression"),
+        row(&slower, "p50 TTFT").contains("slow's p50 TTFT is")
+            && row(&slower, "p50 TTFT").contains("x the baseline's, 95% CI"),
         "{slower}"
     );
     let same = compare(&reports[0], &reports[0]);
     assert!(
-        row(&same, "p50 ttft ms").contains("no significant difference"),
+        row(&same, "p50 TTFT").contains("no significant difference"),
         "{same}"
     );
 }

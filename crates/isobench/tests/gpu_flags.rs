@@ -104,15 +104,37 @@ fn bad_engine_flags_name_the_flag_and_what_is_accepted() {
 }
 
 #[test]
-fn engine_flags_with_an_external_target_are_refused() {
+fn engine_and_batching_flags_with_an_external_target_are_refused() {
+    for flags in [["--device", "cpu"], ["--max-num-seqs", "4"]] {
+        let output = isobench()
+            .args(["run", "workloads/quickstart.toml", "--quiet"])
+            .args(["--target", "http://127.0.0.1:9"])
+            .args(flags)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(
+            error_line(&output).contains("apply to the embedded server only"),
+            "{flags:?}: {}",
+            stderr(&output)
+        );
+    }
+}
+
+/// `isobench run` takes `isobench serve`'s batching flags, with the same
+/// checks: a knob of another policy is an error before anything starts.
+#[test]
+fn a_batching_knob_of_another_policy_is_refused_by_name() {
     let output = isobench()
         .args(["run", "workloads/quickstart.toml", "--quiet"])
-        .args(["--target", "http://127.0.0.1:9", "--device", "cpu"])
+        .args(["--server-model", "models/tiny-llama"])
+        .args(["--batching", "static", "--max-wait", "5ms"])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let line = error_line(&output);
     assert!(
-        error_line(&output).contains("apply to the embedded server only"),
+        line.contains("--max-wait") && line.contains("--batching dynamic"),
         "{}",
         stderr(&output)
     );

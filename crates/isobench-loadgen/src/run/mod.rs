@@ -23,15 +23,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use isobench_metrics::Recorder;
+use isobench_metrics::{Recorder, RequestCounts, RequestRecord, Samples, Sending};
 use isobench_workload::{LoadShape, Plan, PromptTokens};
 use tokio_util::sync::CancellationToken;
 
-use crate::progress::{LiveCounters, Progress, ProgressMode};
+use crate::progress::{LiveCounters, LiveGauge, Progress, ProgressMode};
 use crate::request_log::RequestLog;
 use crate::{Backend, Clock, LoadgenError};
 use pacer::Pacer;
-use worker::{Sinks, Tally, WorkerOutput};
+use worker::Sinks;
 
 /// How to run a plan, besides what the plan itself says.
 #[derive(Debug, Clone)]
@@ -50,6 +50,12 @@ pub struct RunOptions {
     /// An empty recorder each worker starts from (a clone each), e.g.
     /// [`Recorder::with_slos`] for goodput. Default: [`Recorder::new`].
     pub recorder: Recorder,
+    /// Keep every measured request's whole record in
+    /// [`RunOutcome::records`] (for a steady-state summary afterwards);
+    /// costs memory in proportion to the tokens received. Default: off.
+    pub keep_records: bool,
+    /// The server's queue, set by a scraper, shown by the progress display.
+    pub server_queue: Option<LiveGauge>,
 }
 
 impl Default for RunOptions {
@@ -61,6 +67,8 @@ impl Default for RunOptions {
             cancel: CancellationToken::new(),
             workers: None,
             recorder: Recorder::new(),
+            keep_records: false,
+            server_queue: None,
         }
     }
 }
@@ -78,21 +86,10 @@ pub enum StopReason {
     Cancelled,
 }
 
-/// Requests by outcome. All but `warmup` count measured requests only.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RunCounts {
-    /// Measured requests dispatched.
-    pub sent: u64,
-    pub completed: u64,
-    /// Failed for a reason of the endpoint's or the network's.
-    pub failed: u64,
-    /// Cut by the end of the run (drain timeout after the duration or Ctrl-C).
-    pub cancelled: u64,
-    /// Warm-up requests finished, whatever their outcome.
-    pub warmup: u64,
-}
-
 /// What a run produced. Times are nanoseconds on the run's clock.
+///
+/// Counts, the measured window and the send rates are all derived from the
+/// merged [`Recorder`], the one record of what happened.
 #[derive(Debug)]
 pub struct RunOutcome {
     /// Every worker's recorder, merged.
@@ -103,38 +100,50 @@ pub struct RunOutcome {
     pub started: Instant,
     /// From the start to the end of the last request.
     pub elapsed: Duration,
-    /// The measured window: first measured send to last measured end.
-    pub window: Option<(u64, u64)>,
     /// The arrival process's mean rate, req/s (open loop only).
     pub offered_rate: Option<f64>,
-    /// The rate the plan scheduled the measured requests at:
-    /// (n - 1) / (last scheduled - first scheduled), for n >= 2. In an open
-    /// loop it differs from `offered_rate` by the arrival process's sampling.
-    pub scheduled_rate: Option<f64>,
-    /// The rate the measured requests were actually sent at:
-    /// (n - 1) / (last sent - first sent), for n >= 2.
-    pub achieved_rate: Option<f64>,
     pub stop: StopReason,
     /// Whether the run was cancelled (Ctrl-C) before its natural end.
     pub interrupted: bool,
-    pub counts: RunCounts,
     /// Lines in the per-request log.
     pub logged: u64,
+    /// Every measured request's sample, in the order they finished.
+    pub samples: Samples,
+    /// Every measured request's record, with [`RunOptions::keep_records`];
+    /// empty otherwise.
+    pub records: Vec<RequestRecord>,
 }
 
 impl RunOutcome {
+    /// Requests by outcome; `measured` is every measured request sent.
+    pub fn counts(&self) -> RequestCounts {
+        self.recorder.counts()
+    }
+
+    /// When the measured requests were scheduled and sent, with the
+    /// achieved and scheduled send rates: (n - 1) / span, for n >= 2.
+    pub fn sending(&self) -> Sending {
+        self.recorder.sending()
+    }
+
+    /// The measured window: first measured send to last measured end.
+    pub fn window(&self) -> Option<(u64, u64)> {
+        self.recorder.measured_window()
+    }
+
     /// The measured window's length.
     pub fn window_duration(&self) -> Duration {
-        self.window.map_or(Duration::ZERO, |(start, end)| {
-            Duration::from_nanos(end.saturating_sub(start))
-        })
+        self.recorder.measured_span().unwrap_or(Duration::ZERO)
     }
 
     /// Whether the client kept pace with its own schedule: achieved over
-    /// scheduled rate (1.0 = on time), for open loops of two or more requests.
+    /// scheduled rate (1.0 = on time), for open loops of two or more
+    /// requests. The scheduled rate differs from `offered_rate` by the
+    /// arrival process's sampling.
     pub fn pace_ratio(&self) -> Option<f64> {
         self.offered_rate?;
-        Some(self.achieved_rate? / self.scheduled_rate?)
+        let sending = self.sending();
+        Some(sending.achieved_send_rate? / sending.scheduled_send_rate?)
     }
 }
 
@@ -147,11 +156,7 @@ pub async fn run<B: Backend>(
     backend: Arc<B>,
     options: RunOptions,
 ) -> Result<RunOutcome, LoadgenError> {
-    let log = options
-        .jsonl
-        .as_deref()
-        .map(RequestLog::create)
-        .transpose()?;
+    let log = RequestLog::create(options.jsonl.as_deref(), options.keep_records)?;
     let worker_count = options
         .workers
         .unwrap_or_else(|| tokio::runtime::Handle::current().metrics().num_workers())
@@ -159,8 +164,11 @@ pub async fn run<B: Backend>(
     let live = Arc::new(LiveCounters::default());
     let (slot_sender, slots) = concurrency_slots(plan.shape.max_concurrency);
 
-    // Preparing starts before the clock, so the first requests are ready at zero.
-    let ready = pacer::prepare_ahead(Arc::clone(&backend), plan.requests)
+    // The clock starts once the first wave is prepared: a closed loop's
+    // whole concurrency is scheduled at zero, and preparing it (a tokenizer
+    // pass per prompt) is not the client falling behind its schedule.
+    let first_wave = plan.shape.max_concurrency.unwrap_or(1);
+    let ready = pacer::prepare_ahead(Arc::clone(&backend), plan.requests, first_wave)
         .map_err(|_| LoadgenError::Thread("preparing"))?;
     let clock = Clock::start_now();
     let (links, handles): (Vec<_>, Vec<_>) = (0..worker_count)
@@ -168,13 +176,19 @@ pub async fn run<B: Backend>(
             let sinks = Sinks {
                 live: Arc::clone(&live),
                 slots: slot_sender.clone(),
-                log: log.as_ref().map(RequestLog::sender),
+                log: log.sender(),
             };
             worker::spawn(Arc::clone(&backend), clock, options.recorder.clone(), sinks)
         })
         .unzip();
     drop(slot_sender);
-    let progress = Progress::start(options.progress, &plan.shape, Arc::clone(&live), clock);
+    let progress = Progress::start(
+        options.progress,
+        &plan.shape,
+        Arc::clone(&live),
+        options.server_queue.clone(),
+        clock,
+    );
 
     // Stops the pacer if this future is dropped before the run ends.
     let pacer_stop = options.cancel.child_token();
@@ -200,16 +214,11 @@ pub async fn run<B: Backend>(
     let outputs = finish_workers(handles, &links, stop, &options).await?;
     let elapsed = Duration::from_nanos(clock.now_ns());
     progress.finish().await;
-    let logged = match log {
-        Some(log) => log.finish()?,
-        None => 0,
-    };
+    let kept = log.finish()?;
 
     let mut recorder = options.recorder.clone();
-    let mut tally = Tally::default();
     for output in &outputs {
-        recorder.merge(&output.recorder);
-        tally.merge(&output.tally);
+        recorder.merge(output);
     }
     Ok(RunOutcome {
         recorder,
@@ -218,23 +227,11 @@ pub async fn run<B: Backend>(
         prompt_tokens: plan.prompt_tokens,
         started: clock.start(),
         elapsed,
-        window: tally.first_sent_ns.zip(tally.last_end_ns),
-        scheduled_rate: rate(
-            tally.sent,
-            tally.first_scheduled_ns,
-            tally.last_scheduled_ns,
-        ),
-        achieved_rate: rate(tally.sent, tally.first_sent_ns, tally.last_sent_ns),
         stop,
         interrupted: options.cancel.is_cancelled(),
-        counts: RunCounts {
-            sent: tally.sent,
-            completed: tally.completed,
-            failed: tally.failed,
-            cancelled: tally.cancelled,
-            warmup: tally.warmup,
-        },
-        logged,
+        logged: kept.logged,
+        samples: kept.samples,
+        records: kept.records,
     })
 }
 
@@ -263,11 +260,11 @@ fn duration_ns(duration: Duration) -> u64 {
 /// Waits for the workers to finish what is in flight, cancelling it after
 /// the drain timeout when the run was cut (by its duration or by `cancel`).
 async fn finish_workers<P>(
-    handles: Vec<tokio::task::JoinHandle<WorkerOutput>>,
+    handles: Vec<tokio::task::JoinHandle<Recorder>>,
     links: &[worker::WorkerLink<P>],
     stop: StopReason,
     options: &RunOptions,
-) -> Result<Vec<WorkerOutput>, LoadgenError> {
+) -> Result<Vec<Recorder>, LoadgenError> {
     let joined = futures_util::future::join_all(handles);
     tokio::pin!(joined);
     let drain_expired = async {
@@ -289,10 +286,4 @@ async fn finish_workers<P>(
         .into_iter()
         .map(|result| result.map_err(|_| LoadgenError::Thread("worker")))
         .collect()
-}
-
-/// (n - 1) / span, in requests per second.
-fn rate(count: u64, first_ns: Option<u64>, last_ns: Option<u64>) -> Option<f64> {
-    let span = last_ns?.checked_sub(first_ns?)?;
-    (count >= 2 && span > 0).then(|| (count - 1) as f64 / (span as f64 / 1e9))
 }

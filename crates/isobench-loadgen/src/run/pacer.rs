@@ -5,7 +5,10 @@
 //! the backend serialize them, keeping up to [`LOOKAHEAD`] batches ready.
 //! Batches grow from one request to [`MAX_BATCH`], so the first requests
 //! go out at once and later ones cost the two threads one hand-over per
-//! batch rather than one per request. The pacer
+//! batch rather than one per request. The run's clock starts only once the
+//! first wave is ready (`prime` requests: a closed loop's whole
+//! concurrency, all scheduled at zero), so the time it takes to prepare
+//! them is not counted as the client's dispatch lag. The pacer
 //! takes them in plan order, waits for the instant ([`wait_until`]) when
 //! the plan gives one, waits for a free slot when concurrency is capped,
 //! then hands the request to the least-loaded worker.
@@ -18,9 +21,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::time::Duration;
 
+use isobench_common::precise::tighten_timer_slack;
 use isobench_metrics::RequestRecord;
 use isobench_workload::PlannedRequest;
 use tokio::sync::oneshot;
@@ -28,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::StopReason;
 use super::worker::{Job, WorkerLink};
-use crate::clock::{tighten_timer_slack, wait_until};
+use crate::clock::wait_until;
 use crate::progress::LiveCounters;
 use crate::{Backend, Clock, LoadgenError};
 
@@ -57,23 +61,53 @@ pub(super) struct Ready<P> {
 
 /// Starts the thread that draws and prepares requests ahead of the pacer.
 /// It stops at the plan's end or when the pacer drops the receiver.
+///
+/// Returns once the first `prime` requests are ready, or the plan is
+/// exhausted, or the lookahead is full, whichever comes first.
 pub(super) fn prepare_ahead<B: Backend>(
     backend: Arc<B>,
     requests: Box<dyn Iterator<Item = PlannedRequest> + Send>,
+    prime: usize,
 ) -> std::io::Result<Receiver<Vec<Ready<B::Prepared>>>> {
     let (sender, receiver) = sync_channel(LOOKAHEAD);
+    let (primed_sender, primed) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("isobench-prepare".into())
-        .spawn(move || prepare_all(&*backend, requests, &sender))?;
+        .spawn(move || {
+            let primed = Primed {
+                after: prime,
+                signal: Some(primed_sender),
+            };
+            prepare_all(&*backend, requests, &sender, primed);
+        })?;
+    // A message, or the thread's end (a dropped sender), both mean go.
+    let _ = primed.recv();
     Ok(receiver)
+}
+
+/// Says once that the first wave is ready.
+struct Primed {
+    /// Requests to prepare before saying so.
+    after: usize,
+    signal: Option<std::sync::mpsc::Sender<()>>,
+}
+
+impl Primed {
+    fn tell(&mut self) {
+        if let Some(signal) = self.signal.take() {
+            let _ = signal.send(());
+        }
+    }
 }
 
 fn prepare_all<B: Backend>(
     backend: &B,
     mut requests: Box<dyn Iterator<Item = PlannedRequest> + Send>,
     ready: &SyncSender<Vec<Ready<B::Prepared>>>,
+    mut primed: Primed,
 ) {
     let mut batch_size = 1;
+    let mut prepared = 0usize;
     loop {
         let batch: Vec<_> = requests
             .by_ref()
@@ -88,7 +122,25 @@ fn prepare_all<B: Backend>(
             })
             .collect();
         let last = batch.len() < batch_size;
-        if (!batch.is_empty() && ready.send(batch).is_err()) || last {
+        prepared += batch.len();
+        if !batch.is_empty() {
+            let sent = match ready.try_send(batch) {
+                Ok(()) => true,
+                Err(TrySendError::Full(batch)) => {
+                    // The lookahead is full: the pacer can start.
+                    primed.tell();
+                    ready.send(batch).is_ok()
+                }
+                Err(TrySendError::Disconnected(_)) => false,
+            };
+            if !sent {
+                return;
+            }
+        }
+        if prepared >= primed.after {
+            primed.tell();
+        }
+        if last {
             return;
         }
         batch_size = (batch_size * 2).min(MAX_BATCH);

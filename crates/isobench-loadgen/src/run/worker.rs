@@ -1,11 +1,11 @@
 //! Workers: async tasks that send the requests the pacer hands them, each
-//! with its own [`Recorder`] and tally, handed back once at the end.
+//! with its own [`Recorder`], handed back once at the end.
 //!
 //! A worker keeps its requests in flight in one `FuturesUnordered`, so a
 //! finished request is recorded by the task that owns the recorder: no lock
 //! or channel between a response and its statistics. Per finished request
 //! it touches a few atomic counters (progress), returns a concurrency slot
-//! when the load is capped, and moves the record to the request log.
+//! when the load is capped, and moves the record to the record sink (log and samples).
 //!
 //! Cancellation is a flag the request futures check each time they are
 //! polled (an atomic load, no lock): on [`Msg::Stop`] the worker sets it and
@@ -73,91 +73,13 @@ impl<P> WorkerLink<P> {
     }
 }
 
-/// What a worker hands back at the end.
-#[derive(Debug)]
-pub(super) struct WorkerOutput {
-    pub recorder: Recorder,
-    pub tally: Tally,
-}
-
-/// Counts and time bounds of the measured (non-warm-up) requests.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Tally {
-    pub sent: u64,
-    pub completed: u64,
-    pub failed: u64,
-    pub cancelled: u64,
-    pub warmup: u64,
-    pub first_scheduled_ns: Option<u64>,
-    pub last_scheduled_ns: Option<u64>,
-    pub first_sent_ns: Option<u64>,
-    pub last_sent_ns: Option<u64>,
-    pub last_end_ns: Option<u64>,
-}
-
-impl Tally {
-    fn add(&mut self, record: &RequestRecord) {
-        if record.warmup {
-            self.warmup += 1;
-            return;
-        }
-        self.sent += 1;
-        match &record.error {
-            None => self.completed += 1,
-            Some(error) if error.kind == ErrorKind::Cancelled => self.cancelled += 1,
-            Some(_) => self.failed += 1,
-        }
-        widen(
-            &mut self.first_scheduled_ns,
-            &mut self.last_scheduled_ns,
-            record.scheduled_ns,
-        );
-        widen(
-            &mut self.first_sent_ns,
-            &mut self.last_sent_ns,
-            record.sent_ns,
-        );
-        self.last_end_ns = self.last_end_ns.max(Some(record.end_ns));
-    }
-
-    pub fn merge(&mut self, other: &Tally) {
-        self.sent += other.sent;
-        self.completed += other.completed;
-        self.failed += other.failed;
-        self.cancelled += other.cancelled;
-        self.warmup += other.warmup;
-        for (first, last, bounds) in [
-            (
-                &mut self.first_scheduled_ns,
-                &mut self.last_scheduled_ns,
-                (other.first_scheduled_ns, other.last_scheduled_ns),
-            ),
-            (
-                &mut self.first_sent_ns,
-                &mut self.last_sent_ns,
-                (other.first_sent_ns, other.last_sent_ns),
-            ),
-        ] {
-            if let (Some(low), Some(high)) = bounds {
-                widen(first, last, low);
-                widen(first, last, high);
-            }
-        }
-        self.last_end_ns = self.last_end_ns.max(other.last_end_ns);
-    }
-}
-
-fn widen(first: &mut Option<u64>, last: &mut Option<u64>, value: u64) {
-    *first = Some(first.map_or(value, |f| f.min(value)));
-    *last = Some(last.map_or(value, |l| l.max(value)));
-}
-
 /// Where a worker puts what it finished, besides its recorder.
 pub(super) struct Sinks {
     pub live: Arc<LiveCounters>,
     /// Returns a concurrency slot, stamped with when it became free.
     pub slots: Option<mpsc::Sender<u64>>,
-    pub log: Option<mpsc::Sender<RequestRecord>>,
+    /// The record sink: the per-request log and the samples.
+    pub log: mpsc::Sender<RequestRecord>,
 }
 
 /// Starts one worker task on the current runtime, recording into `recorder`.
@@ -166,21 +88,14 @@ pub(super) fn spawn<B: Backend>(
     clock: Clock,
     recorder: Recorder,
     sinks: Sinks,
-) -> (
-    WorkerLink<B::Prepared>,
-    tokio::task::JoinHandle<WorkerOutput>,
-) {
+) -> (WorkerLink<B::Prepared>, tokio::task::JoinHandle<Recorder>) {
     let (sender, receiver) = unbounded_channel();
     let link = WorkerLink {
         sender,
         in_flight: Arc::new(AtomicUsize::new(0)),
     };
     let in_flight = Arc::clone(&link.in_flight);
-    let output = WorkerOutput {
-        recorder,
-        tally: Tally::default(),
-    };
-    let handle = tokio::spawn(work(backend, clock, receiver, in_flight, sinks, output));
+    let handle = tokio::spawn(work(backend, clock, receiver, in_flight, sinks, recorder));
     (link, handle)
 }
 
@@ -190,23 +105,20 @@ async fn work<B: Backend>(
     mut receiver: UnboundedReceiver<Msg<B::Prepared>>,
     in_flight_count: Arc<AtomicUsize>,
     sinks: Sinks,
-    mut output: WorkerOutput,
-) -> WorkerOutput {
+    mut recorder: Recorder,
+) -> Recorder {
     let stop = Arc::new(AtomicBool::new(false));
     let mut in_flight = FuturesUnordered::new();
     let mut receiving = true;
     let mut closing = false;
     let mut finish = |record: RequestRecord| {
-        output.recorder.record(&record);
-        output.tally.add(&record);
+        recorder.record(&record);
         sinks.live.on_finished(&record);
         in_flight_count.fetch_sub(1, Ordering::Relaxed);
         if let Some(slots) = &sinks.slots {
             let _ = slots.send(record.end_ns);
         }
-        if let Some(log) = &sinks.log {
-            let _ = log.send(record);
-        }
+        let _ = sinks.log.send(record);
     };
     loop {
         if (closing || !receiving) && in_flight.is_empty() {
@@ -235,7 +147,7 @@ async fn work<B: Backend>(
             Some(record) = in_flight.next(), if !in_flight.is_empty() => finish(record),
         }
     }
-    output
+    recorder
 }
 
 /// Sends one request; ends early, as cancelled, once `stop` is set.

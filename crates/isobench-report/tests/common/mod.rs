@@ -2,6 +2,8 @@
 //! schedule with streamed, partly chunked answers, failures of several
 //! kinds, cancellations and warm-up, recorded by two workers and merged.
 
+#![allow(dead_code)] // each test binary uses its own subset
+
 use std::time::Duration;
 
 use isobench_metrics::{
@@ -76,6 +78,7 @@ pub fn run_meta() -> RunMeta {
         duration_s: 12.8,
         interrupted: false,
         prompt_token_source: PromptTokenSource::Tokenizer,
+        server: None,
     }
 }
 
@@ -96,4 +99,73 @@ pub fn sample_report() -> Report {
     // fixture is a valid run with failures (as `--max-error-rate 0.1` gives).
     let validity = assess_validity_with_max_error_rate(&summary, Some(20.0), 0.1);
     Report::new(run_meta(), summary, validity)
+}
+
+/// The sample run with what `isobench run` adds to it: every measured
+/// request's samples and the server's metrics scraped every 250 ms.
+pub fn report_with_samples(seed: u64, ttft_scale: f64) -> Report {
+    use isobench_metrics::{RequestSample, Samples};
+    use isobench_report::ServerMetrics;
+    let mut report = sample_report();
+    let mut random = Lcg(seed);
+    let samples: Vec<RequestSample> = (8..236)
+        .map(|i| {
+            let mut r = record(i, &mut random);
+            // Every event moves with the first: TTFT scaled, the rest kept.
+            let ttft = r.content_event_ns[0] - r.sent_ns;
+            let shift = (ttft as f64 * (ttft_scale - 1.0)) as i64;
+            let moved = |t: u64| t.saturating_add_signed(shift);
+            for t in &mut r.content_event_ns {
+                *t = moved(*t);
+            }
+            r.end_ns = moved(r.end_ns);
+            RequestSample::of(&r)
+        })
+        .collect();
+    report.samples = Some(Samples(samples));
+    let t_s: Vec<f64> = (0..48).map(|k| k as f64 * 0.25).collect();
+    let n = t_s.len();
+    report.server_metrics = Some(ServerMetrics {
+        url: "http://127.0.0.1:8000/metrics".into(),
+        source: "isobench".into(),
+        interval_s: 0.25,
+        running: (0..n).map(|k| Some((k % 6) as f64 + 1.0)).collect(),
+        waiting: (0..n).map(|k| Some((k / 8) as f64)).collect(),
+        kv_usage: (0..n).map(|k| Some(k as f64 / n as f64)).collect(),
+        batch_size: std::iter::once(None)
+            .chain((1..n).map(|k| Some((k % 5) as f64 + 1.0)))
+            .collect(),
+        t_s,
+    });
+    report
+}
+
+/// Steps of a sweep: the run at growing rates, each with its steady state.
+pub fn sweep_steps(series: &str) -> Vec<Report> {
+    use isobench_metrics::SteadyWindow;
+    use isobench_report::{SteadyState, StepKind, StepMeta};
+    (0..4u32)
+        .map(|index| {
+            let mut report =
+                report_with_samples(11 + u64::from(index), 1.0 + f64::from(index) * 0.3);
+            let samples = report.samples.as_ref().unwrap().0.clone();
+            let window = SteadyWindow::of(&samples, Duration::ZERO).unwrap();
+            let mut summary = report.summary.clone();
+            summary.throughput.requests_per_s *= 1.0 + f64::from(index);
+            report.steady_state = Some(SteadyState {
+                start_s: window.start_ns as f64 / 1e9,
+                end_s: window.end_ns as f64 / 1e9,
+                summary,
+                saturation: window.saturation(&samples),
+            });
+            report.step = Some(StepMeta {
+                kind: StepKind::Sweep,
+                series: series.to_owned(),
+                index,
+                rate: Some(5.0 * f64::from(index + 1)),
+                concurrency: None,
+            });
+            report
+        })
+        .collect()
 }

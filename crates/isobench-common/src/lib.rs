@@ -1,0 +1,19 @@
+//! isobench-common: the small pieces that the workload planner, the load
+//! generator and the mock endpoint all use, so that each has one home.
+//!
+//! - [`Distribution`]: a distribution of non-negative values (latencies in
+//!   ms, token counts) in the compact form of the command line
+//!   (`normal:50,5`), drawn with any seeded [`rand::Rng`]. Workload files,
+//!   `isobench run` flags and `isobench mock` flags all parse it.
+//! - [`precise`]: how a thread waits for an instant to within microseconds
+//!   (tight timer slack, a sleep, then a short spin): the load generator's
+//!   pacer and the mock's timer thread both wait this way.
+//!
+//! It depends on nothing of isobench's, and on nothing heavy (no TOML, no
+//! tokenizer, no HTTP), so that the mock does not pull in the workload
+//! crate to read a latency flag.
+
+mod distribution;
+pub mod precise;
+
+pub use distribution::{DISTRIBUTION_FORMS, Distribution, DistributionError};
