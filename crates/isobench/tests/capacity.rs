@@ -189,12 +189,19 @@ async fn an_auto_sweep_finds_the_synchronous_rate_and_the_saturation_throughput(
             .requests_per_s
     };
     let (synchronous, saturation) = (steady_rate(&step(0)), steady_rate(&step(1)));
-    // What the mock could serve: 10 req/s one at a time, 20 with both slots.
+    // What the mock can serve: 10 req/s one at a time, 20 with both slots,
+    // less each request's way through the client and loopback, which a
+    // busy machine lengthens (8 req/s one at a time was seen under load).
+    // The steady window counts the requests that ended in it: answers
+    // ending in pairs at its edges move a rate by up to a fifth.
     assert!(
-        (synchronous - 10.0).abs() < 1.5,
+        synchronous > 5.0 && synchronous <= 12.0,
         "synchronous {synchronous}"
     );
-    assert!((saturation - 20.0).abs() < 3.0, "saturation {saturation}");
+    assert!(
+        saturation > 1.5 * synchronous && saturation <= 24.0,
+        "saturation {saturation} (synchronous {synchronous})"
+    );
     let rate = |r: &Report| r.step.as_ref().unwrap().rate.unwrap();
     assert!((rate(&step(2)) - (synchronous + saturation) / 2.0).abs() < 1e-6);
     let table = String::from_utf8_lossy(&output.stdout);
