@@ -82,11 +82,12 @@ pub(crate) fn rotate_heads(heads: &mut [f32], head_dim: usize, cos: &[f32], sin:
 }
 
 /// `out[i] = silu(gate[i]) * up[i]` for one token, where `gate_up` is the
-/// token's gate row followed by its up row.
+/// token's gate row followed by its up row ([`exp`], so the loop
+/// vectorises: a batch-32 step takes 360,000 of them on the small models).
 pub(crate) fn swiglu(gate_up: &[f32], out: &mut [f32]) {
     let (gate, up) = gate_up.split_at(out.len());
     for ((out, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-        *out = g / (1.0 + (-g).exp()) * u;
+        *out = g / (1.0 + exp(-g)) * u;
     }
 }
 
@@ -201,7 +202,12 @@ mod tests {
     #[test]
     fn swiglu_matches_candle_silu_times_up() {
         let n = 37;
-        let gate_up = random_values(2 * n, 5);
+        // Gates up to +-100: silu's far tails (exp clamped at 88) included.
+        let gate_up: Vec<f32> = random_values(2 * n, 5)
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| if i < n { v * 100.0 } else { v })
+            .collect();
         let mut ours = vec![0.0; n];
         swiglu(&gate_up, &mut ours);
         let dev = &Device::Cpu;
