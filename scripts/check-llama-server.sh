@@ -9,13 +9,11 @@
 #   LLAMA_SERVER=/path/to/llama-server MODEL_GGUF=/path/to/model.gguf \
 #     scripts/check-llama-server.sh
 #
-# Building llama-server from source (a few minutes on a few cores; the
-# Python package llama-cpp-python also ships the source, under vendor/):
-#   git clone https://github.com/ggml-org/llama.cpp && cd llama.cpp
-#   cmake -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j --target llama-server
-#   # the binary: build/bin/llama-server
-# Any small GGUF model does (the answers' content does not matter), e.g.
-# a Q4 quantization of a 0.5B-1B instruct model.
+# scripts/compare-llama-cpp.sh builds llama-server from llama-cpp-python's
+# source distribution (cached: ~/.cache/isobench-llama-cpp/build-*/bin/
+# llama-server) and writes GGUF files of a small random Llama
+# (results/compare-llama-cpp/model-*.gguf); any small GGUF model does, the
+# answers' content does not matter. Recorded result: docs/reliability.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -71,6 +71,11 @@ pub struct TrialRecord {
     pub seed: u64,
     /// Every SLO met in the steady window, the endpoint kept up, the run valid.
     pub passed: bool,
+    /// The client fell behind its schedule, so the trial said nothing about
+    /// the endpoint and was run again at the same rate; the search did not
+    /// count it.
+    #[serde(default)]
+    pub inconclusive: bool,
     /// Why it failed, as sentences.
     pub reasons: Vec<String>,
     /// The trial's report, relative to plan.json.

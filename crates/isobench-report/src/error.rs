@@ -13,6 +13,12 @@ pub enum ReportError {
     #[error("cannot read {}: {source}", path.display())]
     Read { path: PathBuf, source: io::Error },
 
+    #[error(
+        "{} is not a regular file; accepted: a JSON report written by isobench run, sweep or plan",
+        path.display()
+    )]
+    NotAFile { path: PathBuf },
+
     #[error("{} is not an isobench JSON report: {source}", path.display())]
     Parse {
         path: PathBuf,
@@ -42,6 +48,7 @@ impl ReportError {
         match self {
             ReportError::Write { .. } => "write",
             ReportError::Read { .. } => "read",
+            ReportError::NotAFile { .. } => "not_a_file",
             ReportError::Parse { .. } => "parse",
             ReportError::SchemaVersion { .. } => "schema_version",
             ReportError::CsvHeader { .. } => "csv_header",

@@ -159,11 +159,20 @@ impl Report {
     }
 
     /// Reads a report written by this or an earlier schema version.
+    /// The file must be a regular file: a device such as `/dev/zero`, or a
+    /// FIFO, would be read without end.
     pub fn read_json(path: &Path) -> Result<Report, ReportError> {
-        let text = fs::read_to_string(path).map_err(|source| ReportError::Read {
+        let read_error = |source| ReportError::Read {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        // `metadata` does not block on a FIFO, where opening it would.
+        if !fs::metadata(path).map_err(read_error)?.is_file() {
+            return Err(ReportError::NotAFile {
+                path: path.to_owned(),
+            });
+        }
+        let text = fs::read_to_string(path).map_err(read_error)?;
         Self::from_json(&text, path)
     }
 

@@ -299,6 +299,7 @@ fn a_plan_matches_its_schema() {
         rate,
         seed: 7,
         passed,
+        inconclusive: false,
         reasons: if passed {
             vec![]
         } else {

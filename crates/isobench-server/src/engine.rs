@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use isobench_api::{FinishReason, Usage};
 use isobench_model::{CausalLm, IncrementalDecoder, KvCache, Tokenizer};
+use rayon::prelude::*;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::error::ServerError;
@@ -352,19 +353,46 @@ impl Engine {
     }
 
     /// Samples the next token of every row whose step reached its last token.
+    ///
+    /// The draws run first, in parallel when more than one row samples at
+    /// random (a draw reads a whole row of logits: about a millisecond for
+    /// a 128k vocabulary). Each sequence has its own sampler, so what it
+    /// draws does not depend on the others or on the order.
     fn sample_rows(&mut self, logits: &StepLogits) {
-        for row_index in 0..self.state.rows().len() {
-            let row = self.state.rows()[row_index];
-            if !row.samples {
-                continue;
+        let mut row_of_sequence = vec![None; self.state.running().len()];
+        for (row_index, row) in self.state.rows().iter().enumerate() {
+            if row.samples {
+                row_of_sequence[row.running_index] = Some(row_index);
             }
-            let seq = &mut self.state.running_mut()[row.running_index];
-            let token = match logits.row(row_index) {
+        }
+        // (running index, row index, the sequence's sampler) of every row
+        // that samples.
+        let mut draws: Vec<(usize, usize, &mut Sampler)> = self
+            .state
+            .running_mut()
+            .iter_mut()
+            .zip(row_of_sequence)
+            .enumerate()
+            .filter_map(|(running_index, (seq, row))| {
+                row.map(|row_index| (running_index, row_index, &mut seq.payload.sampler))
+            })
+            .collect();
+        let draw = |(running_index, row_index, sampler): &mut (usize, usize, &mut Sampler)| {
+            let token = match logits.row(*row_index) {
                 RowLogits::Chosen(token) => token,
-                RowLogits::Full(row_logits) => seq.payload.sampler.sample(row_logits),
+                RowLogits::Full(row_logits) => sampler.sample(row_logits),
             };
-            self.state.append_token(row.running_index, token);
-            let seq = &mut self.state.running_mut()[row.running_index];
+            (*running_index, token)
+        };
+        let random = draws.iter().filter(|(_, _, s)| !s.is_greedy()).count();
+        let tokens: Vec<(usize, u32)> = if random > 1 {
+            draws.par_iter_mut().map(draw).collect()
+        } else {
+            draws.iter_mut().map(draw).collect()
+        };
+        for (running_index, token) in tokens {
+            self.state.append_token(running_index, token);
+            let seq = &mut self.state.running_mut()[running_index];
             emit_token(seq, token, &self.tokenizer, &self.metrics);
         }
     }

@@ -18,6 +18,46 @@ use tokio_util::sync::CancellationToken;
 use crate::observe::Observer;
 use crate::target::{Endpoint, EndpointArgs, Target};
 
+/// The flags of how a run is measured, the same for `run`, each step of
+/// `sweep` and each trial of `plan` (one definition, one set of defaults).
+#[derive(clap::Args)]
+pub struct MeasureArgs {
+    /// The share of requests (failed / completed + failed) that may fail
+    /// before a run (a sweep step, a plan trial) is invalid; `run` then
+    /// exits with 3. A run where every request failed always is.
+    #[arg(long, value_name = "SHARE", default_value = "0.05", value_parser = crate::run::precheck::error_rate)]
+    pub max_error_rate: f64,
+
+    /// How long requests in flight may finish after sending stops.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub drain_timeout: Duration,
+
+    /// No progress bar: plain progress lines only.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl MeasureArgs {
+    /// The options of one measured run with these flags.
+    pub fn options<'a>(
+        &self,
+        slos: &'a [Slo],
+        log: Option<PathBuf>,
+        cancel: CancellationToken,
+        steady_state: bool,
+    ) -> MeasureOptions<'a> {
+        MeasureOptions {
+            slos,
+            max_error_rate: self.max_error_rate,
+            progress: ProgressMode::detect(self.quiet),
+            log,
+            drain_timeout: self.drain_timeout,
+            cancel,
+            steady_state,
+        }
+    }
+}
+
 /// How to measure, besides the workload.
 pub struct MeasureOptions<'a> {
     pub slos: &'a [Slo],

@@ -14,14 +14,13 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
-use isobench_loadgen::ProgressMode;
 use isobench_metrics::Slo;
 use isobench_report::{format_started_at, table};
 use isobench_server::{BatchingArgs, EngineArgs};
 use isobench_workload::{ArrivalKind, Overrides, Workload};
 use tokio_util::sync::CancellationToken;
 
-use crate::measure::{MeasureOptions, measure};
+use crate::measure::{MeasureArgs, measure};
 use crate::target::{Endpoint, EndpointArgs, Target, embedded_config};
 
 pub mod precheck;
@@ -83,12 +82,6 @@ pub struct RunArgs {
     #[arg(long, value_name = "LIST")]
     slo: Vec<String>,
 
-    /// The share of requests (failed / completed + failed) that may fail
-    /// before the run is invalid and exits with 3; a run where every
-    /// request failed always is.
-    #[arg(long, value_name = "SHARE", default_value = "0.05", value_parser = precheck::error_rate)]
-    max_error_rate: f64,
-
     /// JSON report path. Default: results/WORKLOAD-TIMESTAMP.json.
     #[arg(long, short, value_name = "FILE")]
     output: Option<PathBuf>,
@@ -102,13 +95,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
 
-    /// How long requests in flight may finish after sending stops.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "10s")]
-    drain_timeout: Duration,
-
-    /// No progress bar: plain progress lines only.
-    #[arg(long, short)]
-    quiet: bool,
+    /// --max-error-rate, --drain-timeout, --quiet.
+    #[command(flatten)]
+    measure: MeasureArgs,
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -134,15 +123,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Ok(endpoint) => {
             let cancel = CancellationToken::new();
             let interrupt = tokio::spawn(watch_ctrl_c(cancel.clone()));
-            let options = MeasureOptions {
-                slos: &slos.all,
-                max_error_rate: args.max_error_rate,
-                progress: ProgressMode::detect(args.quiet),
-                log: Some(log.clone()),
-                drain_timeout: args.drain_timeout,
-                cancel,
-                steady_state: false,
-            };
+            let options = args
+                .measure
+                .options(&slos.all, Some(log.clone()), cancel, false);
             let measured = measure(
                 &args.endpoint,
                 &target,

@@ -8,13 +8,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use isobench_loadgen::ProgressMode;
 use isobench_metrics::Slo;
 use isobench_report::{Report, StepKind, StepMeta};
 use isobench_workload::{ArrivalKind, Overrides, Workload};
 use tokio_util::sync::CancellationToken;
 
-use crate::measure::{MeasureOptions, measure};
+use crate::measure::{MeasureArgs, measure};
 use crate::target::{Endpoint, EndpointArgs, Target};
 
 /// The load of one step.
@@ -51,9 +50,7 @@ pub struct Stepper<'a> {
     pub workload: &'a Workload,
     pub workload_file: &'a Path,
     pub slos: &'a [Slo],
-    pub max_error_rate: f64,
-    pub drain_timeout: Duration,
-    pub progress: ProgressMode,
+    pub measure: &'a MeasureArgs,
     pub cancel: CancellationToken,
     /// Where the steps' files go.
     pub dir: PathBuf,
@@ -105,15 +102,12 @@ impl Stepper<'_> {
             level.describe(),
             humantime::format_duration(self.duration)
         );
-        let options = MeasureOptions {
-            slos: self.slos,
-            max_error_rate: self.max_error_rate,
-            progress: self.progress,
-            log: Some(path.with_extension("requests.jsonl")),
-            drain_timeout: self.drain_timeout,
-            cancel: self.cancel.clone(),
-            steady_state: true,
-        };
+        let options = self.measure.options(
+            self.slos,
+            Some(path.with_extension("requests.jsonl")),
+            self.cancel.clone(),
+            true,
+        );
         let measured = measure(
             self.args,
             self.target,

@@ -18,12 +18,12 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
-use isobench_loadgen::ProgressMode;
 use isobench_report::{NamedReport, StepKind, figures, format_started_at, html, tables};
 use isobench_server::{BatchingArgs, EngineArgs};
 use isobench_workload::Workload;
 use tokio_util::sync::CancellationToken;
 
+use crate::measure::MeasureArgs;
 use crate::run::{Slos, precheck, start_target, watch_ctrl_c};
 use crate::step::{Level, Step, Stepper};
 use crate::target::{Endpoint, EndpointArgs};
@@ -86,21 +86,13 @@ pub struct SweepArgs {
     #[arg(long, value_name = "LIST")]
     slo: Vec<String>,
 
-    /// The share of failed requests beyond which a step is invalid.
-    #[arg(long, value_name = "SHARE", default_value = "0.05", value_parser = precheck::error_rate)]
-    max_error_rate: f64,
-
-    /// How long requests in flight may finish after a step stops sending.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "10s")]
-    drain_timeout: Duration,
-
     /// Folder for the steps' reports and sweep.html. Default: results/sweep-WORKLOAD-TIMESTAMP.
     #[arg(long, value_name = "DIR")]
     output_dir: Option<PathBuf>,
 
-    /// No progress bar: plain progress lines only.
-    #[arg(long, short)]
-    quiet: bool,
+    /// --max-error-rate, --drain-timeout, --quiet.
+    #[command(flatten)]
+    measure: MeasureArgs,
 }
 
 pub async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
@@ -137,9 +129,7 @@ pub async fn sweep(args: SweepArgs) -> anyhow::Result<ExitCode> {
                 workload: &workload,
                 workload_file: &args.workload,
                 slos: &slos.all,
-                max_error_rate: args.max_error_rate,
-                drain_timeout: args.drain_timeout,
-                progress: ProgressMode::detect(args.quiet),
+                measure: &args.measure,
                 cancel,
                 dir: dir.clone(),
                 kind: StepKind::Sweep,

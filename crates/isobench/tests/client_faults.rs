@@ -165,7 +165,11 @@ async fn the_error_rate_decides_the_exit_code() {
     );
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let report = Report::read_json(&report_path).unwrap();
-    assert!(report.validity.valid, "{:?}", report.validity);
+    // Not invalid for its errors (the run may still be for its dispatch
+    // lag: a busy machine delays a closed loop's sends, which is judged
+    // apart and does not change the exit code).
+    assert!(!report.validity.too_many_errors, "{:?}", report.validity);
+    assert_eq!(report.validity.max_error_rate, Some(1.0));
     assert!(report.summary.requests.failed > 0);
     mock.shutdown().await;
 }

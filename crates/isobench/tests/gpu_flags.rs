@@ -33,6 +33,7 @@ fn error_line(output: &Output) -> String {
     errors[0].to_owned()
 }
 
+#[cfg(not(feature = "cuda"))]
 const NO_CUDA: &str = "--device: this isobench was built without CUDA support: rebuild with --features cuda (see docs/gpu.md)";
 
 #[cfg(not(feature = "cuda"))]

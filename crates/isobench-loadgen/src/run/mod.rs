@@ -168,8 +168,14 @@ pub async fn run<B: Backend>(
     // whole concurrency is scheduled at zero, and preparing it (a tokenizer
     // pass per prompt) is not the client falling behind its schedule.
     let first_wave = plan.shape.max_concurrency.unwrap_or(1);
-    let ready = pacer::prepare_ahead(Arc::clone(&backend), plan.requests, first_wave)
-        .map_err(|_| LoadgenError::Thread("preparing"))?;
+    let ready = pacer::prepare_ahead(
+        Arc::clone(&backend),
+        plan.requests,
+        first_wave,
+        &options.cancel,
+    )
+    .await
+    .map_err(|_| LoadgenError::Thread("preparing"))?;
     let clock = Clock::start_now();
     let (links, handles): (Vec<_>, Vec<_>) = (0..worker_count)
         .map(|_| {

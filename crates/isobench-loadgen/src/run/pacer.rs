@@ -63,14 +63,16 @@ pub(super) struct Ready<P> {
 /// It stops at the plan's end or when the pacer drops the receiver.
 ///
 /// Returns once the first `prime` requests are ready, or the plan is
-/// exhausted, or the lookahead is full, whichever comes first.
-pub(super) fn prepare_ahead<B: Backend>(
+/// exhausted, or the lookahead is full, or `cancel` fires, whichever
+/// comes first.
+pub(super) async fn prepare_ahead<B: Backend>(
     backend: Arc<B>,
     requests: Box<dyn Iterator<Item = PlannedRequest> + Send>,
     prime: usize,
+    cancel: &CancellationToken,
 ) -> std::io::Result<Receiver<Vec<Ready<B::Prepared>>>> {
     let (sender, receiver) = sync_channel(LOOKAHEAD);
-    let (primed_sender, primed) = std::sync::mpsc::channel();
+    let (primed_sender, primed) = oneshot::channel();
     std::thread::Builder::new()
         .name("isobench-prepare".into())
         .spawn(move || {
@@ -81,7 +83,10 @@ pub(super) fn prepare_ahead<B: Backend>(
             prepare_all(&*backend, requests, &sender, primed);
         })?;
     // A message, or the thread's end (a dropped sender), both mean go.
-    let _ = primed.recv();
+    tokio::select! {
+        _ = primed => {}
+        () = cancel.cancelled() => {}
+    }
     Ok(receiver)
 }
 
@@ -89,7 +94,7 @@ pub(super) fn prepare_ahead<B: Backend>(
 struct Primed {
     /// Requests to prepare before saying so.
     after: usize,
-    signal: Option<std::sync::mpsc::Sender<()>>,
+    signal: Option<oneshot::Sender<()>>,
 }
 
 impl Primed {

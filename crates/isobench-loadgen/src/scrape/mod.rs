@@ -125,14 +125,37 @@ async fn scrape_until<R>(
     }
 }
 
+/// The largest metrics page read. vLLM's, with every histogram, is some
+/// hundreds of kilobytes; a page larger than this is not one to sample
+/// every 250 ms, and reading it whole could take the client's memory.
+const MAX_PAGE_BYTES: usize = 8 << 20;
+
 async fn fetch(client: &reqwest::Client, url: &str) -> Result<Exposition, String> {
-    let response = client.get(url).send().await.map_err(|e| e.to_string())?;
+    let too_large = || {
+        format!(
+            "the page is larger than {} MiB; accepted: a Prometheus text page",
+            MAX_PAGE_BYTES >> 20
+        )
+    };
+    let mut response = client.get(url).send().await.map_err(|e| e.to_string())?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("HTTP {}", status.as_u16()));
     }
-    let text = response.text().await.map_err(|e| e.to_string())?;
-    Ok(Exposition::parse(&text))
+    if response
+        .content_length()
+        .is_some_and(|length| length > MAX_PAGE_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > MAX_PAGE_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Exposition::parse(&String::from_utf8_lossy(&body)))
 }
 
 #[cfg(test)]
@@ -143,6 +166,38 @@ mod tests {
     fn the_metrics_url_sits_beside_the_api() {
         assert_eq!(metrics_url("http://h:1/v1/"), "http://h:1/metrics");
         assert_eq!(metrics_url("http://h:1"), "http://h:1/metrics");
+    }
+
+    /// A page without end (chunked, no length) is refused once it passes
+    /// the cap, not read until the client's memory runs out.
+    #[tokio::test]
+    async fn an_endless_page_is_refused_at_the_size_cap() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut head = [0u8; 1024];
+            let _ = socket.read(&mut head).await;
+            let head =
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n";
+            socket.write_all(head.as_bytes()).await.unwrap();
+            let line = "vllm:num_requests_running 1\n".repeat(2048);
+            let chunk = format!("{:x}\r\n{line}\r\n", line.len());
+            // Twice the cap at most: the test stays bounded either way.
+            for _ in 0..(2 * MAX_PAGE_BYTES / line.len()) {
+                if socket.write_all(chunk.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let reduce: Reduce<ServerSample> = Arc::new(ServerSample::of);
+        let err = Scraper::start(&url, DEFAULT_INTERVAL, reduce)
+            .await
+            .err()
+            .expect("an endless page is an error");
+        assert!(err.to_string().contains("larger than 8 MiB"), "{err}");
+        server.abort();
     }
 
     #[tokio::test]

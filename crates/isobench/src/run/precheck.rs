@@ -10,6 +10,7 @@
 //!   through (`--timeout 0s`, `--max-error-rate 2`, `--max-event-bytes 0`).
 
 use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::time::Duration;
 
@@ -56,14 +57,27 @@ pub fn writable(flag: &str, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The most of an existing CSV file read to check its header.
+const MAX_HEADER_BYTES: u64 = 64 * 1024;
+
 /// Checks that rows can be appended to the CSV file at `path`: writable,
 /// and, when it already has a header, isobench's.
+///
+/// Only a regular file's first line is read (at most [`MAX_HEADER_BYTES`]):
+/// a device such as `/dev/null` is appended to as it is, and a large CSV
+/// file is not read whole.
 pub fn csv_appendable(path: &Path) -> anyhow::Result<()> {
     writable("--csv", path)?;
-    let Ok(text) = std::fs::read_to_string(path) else {
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return Ok(());
+    }
+    let Ok(file) = std::fs::File::open(path) else {
         return Ok(());
     };
-    let first_line = text.lines().next().unwrap_or("");
+    let mut first_line = String::new();
+    // A header of another tool's, or not text at all, fails the comparison below.
+    let _ = BufReader::new(file.take(MAX_HEADER_BYTES)).read_line(&mut first_line);
+    let first_line = first_line.trim_end_matches(['\n', '\r']);
     if !first_line.is_empty() && first_line != isobench_report::csv::header() {
         bail!(
             "--csv {}: its header is not the one isobench writes (another tool's file, or an older isobench's); pass a new file",
@@ -156,5 +170,17 @@ mod tests {
         assert!(err.contains("header"), "{err}");
         std::fs::write(&csv, "").unwrap();
         csv_appendable(&csv).unwrap();
+        let ours = format!("{}\r\n1,2\n", isobench_report::csv::header());
+        std::fs::write(&csv, ours).unwrap();
+        csv_appendable(&csv).unwrap();
+    }
+
+    /// Regression: the header check read the whole file, and `--csv
+    /// /dev/zero` without end. A device is appended to unchecked.
+    #[cfg(unix)]
+    #[test]
+    fn a_device_is_appended_to_without_reading_it() {
+        csv_appendable(Path::new("/dev/zero")).unwrap();
+        csv_appendable(Path::new("/dev/null")).unwrap();
     }
 }
