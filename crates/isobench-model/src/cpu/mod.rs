@@ -15,7 +15,7 @@
 //!   `quantized` runs a GGUF file's quantized weights with candle's block
 //!   types and dot products, on the same team;
 //! - `ops` holds the per-token RMSNorm, rotary embedding, SwiGLU and
-//!   residual adds, on the calling thread;
+//!   residual adds, on the calling thread, and a vectorisable `exp`;
 //! - `team` is the thread pool: one persistent team whose workers spin
 //!   between the step's parallel sections (four projections and one
 //!   attention per layer) instead of being woken for each, and take work
@@ -24,11 +24,14 @@
 //!   the largest step seen and are reused, so a step allocates only its
 //!   logits and a few small vectors of step metadata.
 //!
-//! Paged attention is the kernel of `crate::paged_attention::cpu`, run per
-//! token on the team. The candle graph (`crate::llama::Network`) stays the
+//! `attention` is the step's paged attention: runs of new tokens (prefill
+//! chunks) in query tiles that read each cache block once per tile, with
+//! an online softmax; decode tokens on the per-token kernel of
+//! `crate::paged_attention::cpu`; both on the team. The candle graph (`crate::llama::Network`) stays the
 //! GPU path and the CPU's plain path (`ModelOptions::cpu_kernels` off), which
 //! the tests compare this one with.
 
+mod attention;
 mod matmul;
 mod network;
 mod ops;

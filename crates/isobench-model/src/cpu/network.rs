@@ -3,24 +3,24 @@
 //! A step of `T` new tokens over `B` sequences, per layer: RMSNorm into
 //! `normed`, one fused q/k/v projection into `qkv` ([T, q + 2 kv]), rotary
 //! embeddings on its q and k columns, the k and v columns written to their
-//! cache slots, paged attention per token into `attended`, the output
-//! projection into `projected` and added to the residual stream `hidden`;
+//! cache slots, paged attention (`super::attention`) into `attended`, the
+//! output projection into `projected` and added to the residual stream
+//! `hidden`;
 //! then RMSNorm, the fused gate/up projection into `gate_up`, SwiGLU into
 //! `activated`, the down projection and the residual add. Only each
 //! sequence's last token goes through the final norm and the LM head.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Result, Storage, Tensor, bail};
 use half::{bf16, f16};
 
 use super::matmul::{Elements, Matrix};
-use super::{Isa, Projection, ops, team};
+use super::{Isa, Projection, attention, ops, team};
 use crate::KvCache;
 use crate::paged_attention::PADDING_SLOT;
-use crate::paged_attention::cpu::{Geometry, Scratch, attend_f32_token, simd_available};
+use crate::paged_attention::cpu::Geometry;
 use crate::step::HostStep;
 
 pub(crate) struct CpuLayer {
@@ -72,7 +72,9 @@ pub(crate) struct Workspace {
     activated: Vec<f32>,
     last: Vec<f32>,
     /// One attention scratch per team thread.
-    scratch: Vec<Mutex<Scratch>>,
+    scratch: Vec<Mutex<attention::Scratch>>,
+    /// The step's attention work items.
+    work: Vec<attention::Work>,
 }
 
 /// `buffer` with at least `len` elements.
@@ -107,6 +109,8 @@ impl CpuNetwork {
         let gate_up = sized(&mut ws.gate_up, tokens * 2 * s.intermediate);
         let activated = sized(&mut ws.activated, tokens * s.intermediate);
         let half = s.head_dim / 2;
+        let g = geometry(&s, host, cache)?;
+        attention::plan(&g, &mut ws.work);
         for (index, layer) in self.layers.iter().enumerate() {
             ops::rms_norm(hidden, &layer.input_norm, s.eps, normed);
             layer.qkv.apply(self.isa, normed, tokens, qkv)?;
@@ -125,7 +129,8 @@ impl CpuNetwork {
             };
             keys.inplace_op1(&columns(q_dim))?;
             values.inplace_op1(&columns(q_dim + kv_dim))?;
-            attend(&s, host, qkv, (keys, values), attended, &ws.scratch)?;
+            let plan = (&g, &ws.work[..]);
+            attend(self.isa, plan, qkv, (keys, values), attended, &ws.scratch)?;
             layer.o_proj.apply(self.isa, attended, tokens, projected)?;
             ops::add(hidden, projected);
             ops::rms_norm(hidden, &layer.post_attention_norm, s.eps, normed);
@@ -190,53 +195,15 @@ impl Matrix {
     }
 }
 
-/// A raw pointer to the attention output, shared by the team: each token's
-/// row is written by the one thread that took the token.
-#[derive(Clone, Copy)]
-struct RowsPtr(*mut f32);
-// SAFETY: rows are disjoint (see `attend`).
-unsafe impl Send for RowsPtr {}
-unsafe impl Sync for RowsPtr {}
-
-impl RowsPtr {
-    /// Row `index` of `len` floats.
-    ///
-    /// # Safety
-    /// The row is in bounds and no other thread uses it.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn row(&self, index: usize, len: usize) -> &mut [f32] {
-        // SAFETY: the caller's guarantee.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(index * len), len) }
-    }
-}
-
-/// Paged attention of every token's queries (the first `q_dim` columns of
-/// its `qkv` row) into `attended`, tokens handed out one at a time to the
-/// team (a prefill token's work grows with its position).
-fn attend(
-    s: &Shapes,
-    host: &HostStep,
-    qkv: &[f32],
-    (keys, values): (&Tensor, &Tensor),
-    attended: &mut [f32],
-    scratch: &[Mutex<Scratch>],
-) -> Result<()> {
-    let q_dim = s.heads * s.head_dim;
-    let qkv_dim = q_dim + 2 * s.kv_heads * s.head_dim;
-    let tokens = host.input_ids.len();
-    let (key_storage, key_layout) = keys.storage_and_layout();
-    let (value_storage, _) = values.storage_and_layout();
-    let (Storage::Cpu(key_storage), Storage::Cpu(value_storage)) = (&*key_storage, &*value_storage)
-    else {
-        bail!("CPU step: the KV cache is not on the CPU")
-    };
-    let [_, block_size, _, _] = *key_layout.dims() else {
+/// The step's attention geometry over `cache`, its block size
+/// read from the cache's shape.
+fn geometry<'a>(s: &Shapes, host: &'a HostStep, cache: &KvCache) -> Result<Geometry<'a>> {
+    let (keys, _) = cache.layer(0);
+    let (_, layout) = keys.storage_and_layout();
+    let [_, block_size, _, _] = *layout.dims() else {
         bail!("CPU step: the KV cache must be 4-dimensional")
     };
-    if !key_layout.is_contiguous() || key_layout.start_offset() != 0 {
-        bail!("CPU step: the KV cache must be contiguous tensors of their own");
-    }
-    let g = Geometry {
+    Ok(Geometry {
         block_tables: &host.block_tables,
         table_width: host.width,
         context_lens: &host.context_lens,
@@ -245,37 +212,46 @@ fn attend(
         num_kv_heads: s.kv_heads,
         head_dim: s.head_dim,
         block_size,
+    })
+}
+
+/// Paged attention of every token's queries (the first `q_dim` columns of
+/// its `qkv` row) into `attended`, over one layer's cache.
+fn attend(
+    isa: Isa,
+    (g, work): (&Geometry<'_>, &[attention::Work]),
+    qkv: &[f32],
+    (keys, values): (&Tensor, &Tensor),
+    attended: &mut [f32],
+    scratch: &[Mutex<attention::Scratch>],
+) -> Result<()> {
+    let (key_storage, key_layout) = keys.storage_and_layout();
+    let (value_storage, value_layout) = values.storage_and_layout();
+    let (Storage::Cpu(key_storage), Storage::Cpu(value_storage)) = (&*key_storage, &*value_storage)
+    else {
+        bail!("CPU step: the KV cache is not on the CPU")
     };
-    g.check(
-        tokens,
-        key_layout.shape().elem_count() / (s.kv_heads * s.head_dim),
-    )?;
-    let wide = simd_available();
-    let next = AtomicUsize::new(0);
-    let failure = Mutex::new(None);
-    let out = RowsPtr(attended.as_mut_ptr());
-    team::per_part(|part| {
-        let mut scratch = scratch[part].lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            let token = next.fetch_add(1, Ordering::Relaxed);
-            if token >= tokens {
-                break;
-            }
-            // SAFETY: `attended` holds `tokens * q_dim` floats and each
-            // token index is taken by exactly one thread.
-            let row = unsafe { out.row(token, q_dim) };
-            let q = &qkv[token * qkv_dim..token * qkv_dim + q_dim];
-            let storages = (key_storage, value_storage);
-            if let Err(err) = attend_f32_token(&g, token, q, storages, row, &mut scratch, wide) {
-                *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(err);
-                break;
-            }
-        }
-    });
-    match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        Some(err) => Err(err),
-        None => Ok(()),
+    if key_layout.dims() != value_layout.dims()
+        || !key_layout.is_contiguous()
+        || !value_layout.is_contiguous()
+        || key_layout.start_offset() != 0
+        || value_layout.start_offset() != 0
+    {
+        bail!("CPU step: the layer's keys and values must be contiguous tensors of one shape");
     }
+    let queries = attention::Queries {
+        rows: qkv,
+        stride: (g.num_heads + 2 * g.num_kv_heads) * g.head_dim,
+    };
+    attention::attend(
+        isa,
+        g,
+        work,
+        queries,
+        (key_storage, value_storage),
+        attended,
+        scratch,
+    )
 }
 
 /// Writes columns `offset..offset + width` of each token's row of `rows`

@@ -15,12 +15,28 @@ use super::{Metadata, PADDING_SLOT};
 pub(crate) trait CacheElem: Copy + Send + Sync + 'static {
     fn to_f32(self) -> f32;
     fn from_f32(value: f32) -> Self;
+    /// `out[i] = from[i].to_f32()` (same lengths).
+    #[inline(always)]
+    fn widen(from: &[Self], out: &mut [f32]) {
+        for (out, &x) in out.iter_mut().zip(from) {
+            *out = x.to_f32();
+        }
+    }
+    /// The elements as f32 when they are f32 (no widening needed).
+    #[inline(always)]
+    fn as_f32(_elements: &[Self]) -> Option<&[f32]> {
+        None
+    }
 }
 
 impl CacheElem for f32 {
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self
+    }
+    #[inline(always)]
+    fn as_f32(elements: &[Self]) -> Option<&[f32]> {
+        Some(elements)
     }
     #[inline(always)]
     fn from_f32(value: f32) -> Self {
@@ -32,6 +48,11 @@ impl CacheElem for f16 {
     #[inline(always)]
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn widen(from: &[Self], out: &mut [f32]) {
+        // F16C when the CPU has it, checked once per call.
+        half::slice::HalfFloatSliceExt::convert_to_f32_slice(from, out)
     }
     #[inline(always)]
     fn from_f32(value: f32) -> Self {
@@ -318,27 +339,27 @@ pub(crate) fn simd_available() -> bool {
 /// the baseline's 4); chosen at run time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn attend_token_avx2<Q: CacheElem, E: CacheElem>(work: TokenWork<'_, '_, Q, E>) {
+pub(crate) fn attend_token_avx2<Q: CacheElem, E: CacheElem>(work: TokenWork<'_, '_, Q, E>) {
     attend_token(work)
 }
 
 /// One new token's inputs and output: queries and output of type `Q`
 /// over a cache of `E`.
-struct TokenWork<'g, 'a, Q, E> {
-    g: &'g Geometry<'a>,
-    token: usize,
-    q: &'g [Q],
-    keys: &'g [E],
-    values: &'g [E],
-    out: &'g mut [Q],
-    scratch: &'g mut Scratch,
+pub(crate) struct TokenWork<'g, 'a, Q, E> {
+    pub g: &'g Geometry<'a>,
+    pub token: usize,
+    pub q: &'g [Q],
+    pub keys: &'g [E],
+    pub values: &'g [E],
+    pub out: &'g mut [Q],
+    pub scratch: &'g mut Scratch,
 }
 
 /// All heads of one new token. The context is walked block by block, and
 /// within a block slot by slot: each slot's keys (or values) for all KV
 /// heads are one contiguous row, so the cache is read sequentially.
 #[inline(always)]
-fn attend_token<Q: CacheElem, E: CacheElem>(work: TokenWork<'_, '_, Q, E>) {
+pub(crate) fn attend_token<Q: CacheElem, E: CacheElem>(work: TokenWork<'_, '_, Q, E>) {
     let TokenWork {
         g,
         token,
@@ -423,56 +444,6 @@ fn attend_token<Q: CacheElem, E: CacheElem>(work: TokenWork<'_, '_, Q, E>) {
             *out = Q::from_f32(sum * inverse_sum);
         }
     }
-}
-
-/// Attention of one new token (`token`, its f32 queries `q` and output
-/// `out`, `[heads * head_dim]` each) over a cache of any float dtype, for
-/// the CPU step of `crate::cpu`, which checked `g` first
-/// ([`Geometry::check`]). `wide`: [`simd_available`].
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn attend_f32_token(
-    g: &Geometry<'_>,
-    token: usize,
-    q: &[f32],
-    (keys, values): (&CpuStorage, &CpuStorage),
-    out: &mut [f32],
-    scratch: &mut Scratch,
-    wide: bool,
-) -> Result<()> {
-    fn run<E: CacheElem>(work: TokenWork<'_, '_, f32, E>, wide: bool) {
-        if wide {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the caller checked that this CPU has AVX2 and FMA.
-            unsafe {
-                attend_token_avx2(work)
-            }
-        } else {
-            attend_token(work)
-        }
-    }
-    macro_rules! work {
-        ($keys:expr, $values:expr) => {
-            TokenWork {
-                g,
-                token,
-                q,
-                keys: $keys,
-                values: $values,
-                out,
-                scratch,
-            }
-        };
-    }
-    match (keys, values) {
-        (CpuStorage::F32(k), CpuStorage::F32(v)) => run(work!(k, v), wide),
-        (CpuStorage::F16(k), CpuStorage::F16(v)) => run(work!(k, v), wide),
-        (CpuStorage::BF16(k), CpuStorage::BF16(v)) => run(work!(k, v), wide),
-        (k, _) => bail!(
-            "paged attention: the cache ({:?}) must be f32, f16 or bf16",
-            k.dtype()
-        ),
-    }
-    Ok(())
 }
 
 /// Dot product with eight independent accumulators, so it vectorises.

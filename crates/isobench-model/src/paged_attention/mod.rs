@@ -65,7 +65,9 @@ pub(crate) struct Metadata {
     pub query_starts: Tensor,
 }
 
-fn attend(
+/// The attention op over explicit metadata (also the reference the CPU
+/// step's kernel is tested against).
+pub(crate) fn attend(
     q: &Tensor,
     key_cache: &Tensor,
     value_cache: &Tensor,
