@@ -325,9 +325,13 @@ impl Engine {
             stats.graph_replayed,
             stats.device_time,
         );
-        let sample_started = Instant::now();
+        let read_started = Instant::now();
         let random_rows = self.random_rows();
-        match logits.and_then(|logits| Ok(StepLogits::read(&logits, random_rows)?)) {
+        let logits = logits.and_then(|logits| Ok(StepLogits::read(&logits, random_rows)?));
+        self.metrics
+            .observe_step(StepPhase::Logits, read_started.elapsed());
+        let sample_started = Instant::now();
+        match logits {
             Ok(logits) => {
                 self.state.finish_step();
                 self.sample_rows(&logits);

@@ -127,14 +127,18 @@ pub enum StepPhase {
     Prefill,
     /// The model forward of a step of decode tokens only.
     Decode,
+    /// Bringing the logits the samplers need to the host: on a GPU this
+    /// also waits for the step's kernels to finish.
+    Logits,
     /// Sampling, detokenizing and sending the step's tokens.
     Sample,
 }
 
-const STEP_PHASES: [(StepPhase, &str); 4] = [
+const STEP_PHASES: [(StepPhase, &str); 5] = [
     (StepPhase::Schedule, "schedule"),
     (StepPhase::Prefill, "prefill"),
     (StepPhase::Decode, "decode"),
+    (StepPhase::Logits, "logits"),
     (StepPhase::Sample, "sample"),
 ];
 
@@ -347,7 +351,7 @@ impl Metrics {
             .render(&mut out, "isobench_step_tokens", "");
         let _ = writeln!(
             out,
-            "# HELP isobench_step_seconds Engine step time by phase: schedule, prefill (forward of steps with prompt tokens), decode (forward of decode-only steps), sample.\n# TYPE isobench_step_seconds histogram"
+            "# HELP isobench_step_seconds Engine step time by phase: schedule, prefill (forward of steps with prompt tokens), decode (forward of decode-only steps), logits (bringing them to the host; on a GPU, waiting for the step), sample.\n# TYPE isobench_step_seconds histogram"
         );
         for ((_, label), histogram) in STEP_PHASES.iter().zip(&self.step_seconds) {
             histogram.render(

@@ -182,6 +182,8 @@ async fn models_health_and_metrics() {
         "isobench_time_per_output_token_seconds_count 3\n",
         "isobench_step_seconds_count{phase=\"prefill\"} 1\n",
         "isobench_step_seconds_count{phase=\"decode\"} 3\n",
+        "isobench_step_seconds_count{phase=\"logits\"} 4\n",
+        "isobench_step_seconds_count{phase=\"sample\"} 4\n",
         "isobench_batch_size_count 4\n",
     ];
     // The engine retires a sequence (and updates the gauges) just after it
