@@ -16,6 +16,9 @@
 //! over the tokens that rank at or before that boundary. The sampler
 //! keeps its buffers between tokens: no allocation per token.
 
+use std::cell::RefCell;
+
+use isobench_common::math::exp;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -54,8 +57,14 @@ impl SamplingParams {
 pub struct Sampler {
     params: SamplingParams,
     rng: StdRng,
-    /// Buffers of the truncated draw, reused between tokens.
-    scratch: Scratch,
+}
+
+thread_local! {
+    /// The truncated draw's buffers, one set per thread rather than per
+    /// sequence: a step's draws run on the threads of a pool, and one set
+    /// for a 128k vocabulary (half a megabyte) stays in its thread's cache,
+    /// where one per sequence would be read back from memory every step.
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
 }
 
 impl Sampler {
@@ -64,7 +73,6 @@ impl Sampler {
         Self {
             params,
             rng: StdRng::seed_from_u64(seed),
-            scratch: Scratch::default(),
         }
     }
 
@@ -80,62 +88,28 @@ impl Sampler {
         }
         let keeps_all =
             self.params.top_k.is_none_or(|k| k >= logits.len()) && self.params.top_p >= 1.0;
+        let uniform = self.rng.random::<f32>();
         if keeps_all {
-            return self.sample_full(logits);
+            return sample_full(logits, self.params.temperature, uniform);
         }
-        self.sample_truncated(logits)
+        SCRATCH.with_borrow_mut(|scratch| scratch.draw(&self.params, logits, uniform))
     }
+}
 
-    /// Softmax sampling over the whole vocabulary, without a buffer.
-    fn sample_full(&mut self, logits: &[f32]) -> u32 {
-        let inv_t = 1.0 / self.params.temperature;
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let total: f32 = logits.iter().map(|&l| ((l - max) * inv_t).exp()).sum();
-        let mut target = self.rng.random::<f32>() * total;
-        for (id, &logit) in logits.iter().enumerate() {
-            target -= ((logit - max) * inv_t).exp();
-            if target <= 0.0 {
-                return id as u32;
-            }
+/// Softmax sampling over the whole vocabulary, without a buffer; `uniform`
+/// is the draw in [0, 1).
+fn sample_full(logits: &[f32], temperature: f32, uniform: f32) -> u32 {
+    let inv_t = 1.0 / temperature;
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let total: f32 = logits.iter().map(|&l| exp((l - max) * inv_t)).sum();
+    let mut target = uniform * total;
+    for (id, &logit) in (0_u32..).zip(logits) {
+        target -= exp((logit - max) * inv_t);
+        if target <= 0.0 {
+            return id;
         }
-        argmax(logits)
     }
-
-    /// Sampling among the top-k / top-p candidates.
-    fn sample_truncated(&mut self, logits: &[f32]) -> u32 {
-        let (cut, kept_mass) = self.cut(logits);
-        let mut target = f64::from(self.rng.random::<f32>()) * kept_mass;
-        let mut last_kept = None;
-        for rank in self.scratch.ranks().filter(|rank| !cut.is_before(*rank)) {
-            target -= f64::from(rank.weight);
-            last_kept = Some(rank.id);
-            if target <= 0.0 {
-                return rank.id;
-            }
-        }
-        last_kept.unwrap_or_else(|| argmax(logits))
-    }
-
-    /// Weighs `logits` into the scratch and finds the last token kept by
-    /// top_k and top_p, and the weight of all tokens kept.
-    fn cut(&mut self, logits: &[f32]) -> (Rank, f64) {
-        let inv_t = 1.0 / self.params.temperature;
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let scratch = &mut self.scratch;
-        scratch.weigh(logits.iter().map(|&l| ((l - max) * inv_t).exp()));
-        let mut cut = (Rank::LAST, scratch.mass.iter().sum());
-        if let Some(k) = self.params.top_k.filter(|&k| k < logits.len()) {
-            cut = scratch.boundary(k as f64, Measure::Count);
-        }
-        if self.params.top_p < 1.0 {
-            let by_mass = scratch.boundary(f64::from(self.params.top_p) * cut.1, Measure::Mass);
-            if by_mass.0.is_before(cut.0) {
-                cut = by_mass;
-            }
-        }
-        let (cut, kept_mass) = cut;
-        (cut, kept_mass)
-    }
+    argmax(logits)
 }
 
 /// A token's place in the heaviest-first order: the larger weight first,
@@ -155,6 +129,12 @@ impl Rank {
 
     fn is_before(self, other: Rank) -> bool {
         self.weight > other.weight || (self.weight == other.weight && self.id < other.id)
+    }
+
+    /// Whether a cut here keeps `token` (it ranks at or before the cut),
+    /// without branches.
+    fn keeps(self, token: Rank) -> bool {
+        (token.weight > self.weight) | ((token.weight == self.weight) & (token.id <= self.id))
     }
 
     fn order(a: &Rank, b: &Rank) -> std::cmp::Ordering {
@@ -193,11 +173,53 @@ struct Scratch {
 }
 
 impl Scratch {
-    /// Stores the weights and their histogram.
-    fn weigh(&mut self, weights: impl Iterator<Item = f32>) {
+    /// Draws among the top-k / top-p candidates of `logits`; `uniform` is
+    /// the draw in [0, 1).
+    fn draw(&mut self, params: &SamplingParams, logits: &[f32], uniform: f32) -> u32 {
+        let (cut, kept_mass) = self.cut(params, logits);
+        let mut target = f64::from(uniform) * kept_mass;
+        let mut last_kept = None;
+        // Whether a token is kept is a coin toss to the branch predictor:
+        // it only selects what is subtracted.
+        for (id, &weight) in (0_u32..).zip(&self.weights) {
+            let kept = cut.keeps(Rank { weight, id });
+            target -= f64::from(if kept { weight } else { 0.0 });
+            last_kept = if kept { Some(id) } else { last_kept };
+            if target <= 0.0 && kept {
+                return id;
+            }
+        }
+        last_kept.unwrap_or_else(|| argmax(logits))
+    }
+
+    /// Weighs `logits` and finds the last token kept by top_k and top_p,
+    /// and the weight of all tokens kept.
+    fn cut(&mut self, params: &SamplingParams, logits: &[f32]) -> (Rank, f64) {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        self.weigh(logits, max, 1.0 / params.temperature);
+        let mut cut = (Rank::LAST, self.mass.iter().sum());
+        if let Some(k) = params.top_k.filter(|&k| k < logits.len()) {
+            cut = self.boundary(k as f64, Measure::Count);
+        }
+        if params.top_p < 1.0 {
+            let by_mass = self.boundary(f64::from(params.top_p) * cut.1, Measure::Mass);
+            if by_mass.0.is_before(cut.0) {
+                cut = by_mass;
+            }
+        }
+        cut
+    }
+
+    /// Stores the softmax weights `e^((logit - max) / T)` and their
+    /// histogram.
+    fn weigh(&mut self, logits: &[f32], max: f32, inv_t: f32) {
         self.weights.clear();
-        self.weights
-            .extend(weights.map(|w| if w.is_nan() { 0.0 } else { w.clamp(0.0, 1.0) }));
+        self.weights.resize(logits.len(), 0.0);
+        // A loop of arithmetic only, so that it vectorises.
+        for (weight, &logit) in self.weights.iter_mut().zip(logits) {
+            let w = exp((logit - max) * inv_t);
+            *weight = if w >= 0.0 { w.min(1.0) } else { 0.0 };
+        }
         self.counts.clear();
         self.counts.resize(BUCKETS, 0);
         self.mass.clear();
@@ -369,12 +391,11 @@ mod tests {
             let temperature = [0.3, 0.7, 1.0, 2.5][case % 4];
             let top_p = [1.0, 0.95, 0.5, 0.1, 0.999][case % 5];
             let top_k = [None, Some(1), Some(3), Some(50), Some(vocab + 1)][(case / 5) % 5];
-            let mut sampler = Sampler::new(params(temperature, top_p, top_k, 1));
-            let (cut, mass) = sampler.cut(&logits);
-            let kept: Vec<u32> = sampler
-                .scratch
+            let mut scratch = Scratch::default();
+            let (cut, mass) = scratch.cut(&params(temperature, top_p, top_k, 1), &logits);
+            let kept: Vec<u32> = scratch
                 .ranks()
-                .filter(|rank| !cut.is_before(*rank))
+                .filter(|rank| cut.keeps(*rank))
                 .map(|rank| rank.id)
                 .collect();
             let expected = kept_by_sorting(&logits, temperature, top_p, top_k);
@@ -382,8 +403,7 @@ mod tests {
                 kept, expected,
                 "case {case}: vocab {vocab}, T {temperature}, top_p {top_p}, top_k {top_k:?}"
             );
-            let expected_mass: f64 = sampler
-                .scratch
+            let expected_mass: f64 = scratch
                 .ranks()
                 .filter(|r| expected.binary_search(&r.id).is_ok())
                 .map(|r| f64::from(r.weight))

@@ -19,7 +19,7 @@
 //! - the causal mask applies only on the blocks that reach past the tile's
 //!   first query: new token `n` of a chunk that starts at context position
 //!   `p` sees positions `0 ..= p + n`;
-//! - the softmax's exponentials are [`ops::exp`], vectorised over the lanes;
+//! - the softmax's exponentials are [`isobench_common::math::exp`], vectorised over the lanes;
 //! - the weighted values accumulate in an f32 `[TILE][head_dim]` output per
 //!   head, divided by the softmax's sum at the end.
 //!
@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, Result, bail};
 
-use super::{Isa, ops, team};
+use isobench_common::math::exp;
+
+use super::{Isa, team};
 use crate::paged_attention::cpu::{self as paged, CacheElem, Geometry};
 
 /// Queries per tile: one per lane of a score row.
@@ -552,14 +554,14 @@ fn softmax_block<M: MulAdd>(scores: &mut [f32], max: &mut [f32], sum: &mut [f32]
     let mut correction = [0f32; TILE];
     for lane in 0..TILE {
         let new_max = max[lane].max(block_max[lane]);
-        correction[lane] = ops::exp(max[lane] - new_max);
+        correction[lane] = exp(max[lane] - new_max);
         max[lane] = new_max;
     }
     let mut block_sum = [0f32; TILE];
     for row in scores.chunks_exact_mut(TILE) {
         let row: &mut [f32; TILE] = row.try_into().expect("TILE lanes");
         for lane in 0..TILE {
-            row[lane] = ops::exp(row[lane] - max[lane]);
+            row[lane] = exp(row[lane] - max[lane]);
             block_sum[lane] += row[lane];
         }
     }
