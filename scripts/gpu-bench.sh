@@ -311,6 +311,12 @@ part_serving() {
                     || { log "run failed (exit $?): $(tail -2 "${out%.json}.txt" | tr '\n' ' ')"; }
             done
         done
+        # The server's own view of its steps over every run of this policy.
+        mkdir -p "$RAW/$policy"
+        python3 - "$port" >"$RAW/$policy/server-metrics.txt" 2>&1 <<'EOF' || true
+import sys, urllib.request
+print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode())
+EOF
         stop_server
         port=$((port + 1))
     done
@@ -348,6 +354,19 @@ for workload, c, policy in sorted(rows, key=lambda k: (k[0], k[1], ["static", "d
     print(f"{workload:9} {c:>4} {policy:11} {f(r['tok_s'], '9.1f')} {f(r['ttft50'], '9.1f')} {f(r['ttft99'], '9.1f')} "
           f"{f(r['tpot50'], '8.2f')} {f(r['tpot99'], '8.2f')} {f(r['j_tok'], '8.4f')} {f(r['peak_gib'], '8.1f')} "
           f"{r['ok']:>4}/{r['failed']:<3}{'' if r['valid'] else ' INVALID'}")
+print("\nengine step phases per policy over all its runs (mean ms per step, host clock; "
+      "logits includes the wait for the GPU; device = CUDA-event time of forwards):")
+for metrics_path in sorted(raw.glob("*/server-metrics.txt")):
+    sums, counts = {}, {}
+    for line in metrics_path.read_text().splitlines():
+        for name, into in (("isobench_step_seconds_sum", sums), ("isobench_step_seconds_count", counts),
+                           ("isobench_step_device_seconds_sum", sums), ("isobench_step_device_seconds_count", counts)):
+            if line.startswith(name + "{"):
+                phase = line.split('phase="')[1].split('"')[0]
+                key = ("device " if "device" in name else "") + phase
+                into[key] = float(line.split()[-1])
+    parts = [f"{k} {1000 * sums[k] / counts[k]:.2f}" for k in sums if counts.get(k)]
+    print(f"  {metrics_path.parent.name:11} " + ", ".join(parts))
 print("\ncontinuous against the better of static and dynamic, concurrency >= 8 (output tok/s ratio, p99 TTFT ratio):")
 for (workload, c, policy) in sorted(rows):
     if policy != "continuous" or c < 8:
