@@ -43,8 +43,9 @@
 //! embeddings, `paged_attention` its CPU and CUDA kernels, `cache` the KV
 //! storage, `step` turns a [`StepBatch`] into tensors, `graph` captures and
 //! replays decode steps (CUDA builds), `timer` times steps with CUDA
-//! events, `device` opens devices, `tokenizer` and `incremental` handle
-//! text. docs/models.md is the user-facing description.
+//! events, `host_copy` brings logits to the host through a reused
+//! (on a GPU, page-locked) buffer, `device` opens devices, `tokenizer` and
+//! `incremental` handle text. docs/models.md is the user-facing description.
 
 mod batch;
 mod cache;
@@ -56,6 +57,7 @@ mod folder;
 mod gguf;
 #[cfg(feature = "cuda")]
 mod graph;
+mod host_copy;
 mod incremental;
 mod llama;
 mod options;
@@ -74,6 +76,7 @@ pub use device::{DeviceMemory, device_memory, parse_device};
 pub use error::ModelError;
 pub use folder::ModelFolder;
 pub use gguf::export::{Exported, GgufType, export_gguf};
+pub use host_copy::HostBuffer;
 pub use incremental::IncrementalDecoder;
 pub use options::{DEFAULT_GRAPH_BUCKETS, ModelOptions, StepStats};
 pub use tokenizer::Tokenizer;

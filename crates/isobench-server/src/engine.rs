@@ -25,7 +25,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use isobench_api::{FinishReason, Usage};
-use isobench_model::{CausalLm, IncrementalDecoder, KvCache, Tokenizer};
+use isobench_model::{CausalLm, HostBuffer, IncrementalDecoder, KvCache, Tokenizer};
 use rayon::prelude::*;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
@@ -158,6 +158,8 @@ pub struct Engine {
     pub tokenizer: Tokenizer,
     pub state: State<Generation>,
     pub metrics: Arc<Metrics>,
+    /// Where each step's logits are read on the host, reused.
+    pub logits_buffer: HostBuffer,
 }
 
 /// The engine's per-sequence data.
@@ -327,7 +329,8 @@ impl Engine {
         );
         let read_started = Instant::now();
         let random_rows = self.random_rows();
-        let logits = logits.and_then(|logits| Ok(StepLogits::read(&logits, random_rows)?));
+        let mut buffer = std::mem::take(&mut self.logits_buffer);
+        let logits = logits.and_then(|logits| StepLogits::read(&logits, random_rows, &mut buffer));
         self.metrics
             .observe_step(StepPhase::Logits, read_started.elapsed());
         let sample_started = Instant::now();
@@ -338,6 +341,7 @@ impl Engine {
             }
             Err(err) => self.fail_step(&err.to_string()),
         }
+        self.logits_buffer = buffer;
         self.state.retain(|seq| !seq.payload.finished);
         self.metrics
             .observe_step(StepPhase::Sample, sample_started.elapsed());

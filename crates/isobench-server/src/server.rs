@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use isobench_api::{ModelCard, unix_now};
+use isobench_model::HostBuffer;
 use tokio::net::TcpListener;
 
 use crate::blocks::BlockPool;
@@ -85,6 +86,7 @@ impl Server {
                     policy::from_config(&batching),
                 ),
                 metrics: engine_metrics,
+                logits_buffer: HostBuffer::default(),
             },
             config.max_waiting,
         );
