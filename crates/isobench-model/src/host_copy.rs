@@ -44,6 +44,7 @@ impl HostBuffer {
     #[cfg(feature = "cuda")]
     fn read_cuda(&mut self, tensor: &Tensor) -> Result<&[f32], ModelError> {
         use crate::timer::cuda_error;
+        use cudarc::driver::DevicePtr;
         let tensor = tensor.contiguous()?;
         let len = tensor.elem_count();
         let (storage, layout) = tensor.storage_and_layout();
@@ -69,9 +70,20 @@ impl HostBuffer {
             self.pinned = Some(pinned);
         }
         let pinned = self.pinned.as_mut().expect("allocated above");
-        stream.memcpy_dtoh(&values, pinned).map_err(cuda_error)?;
-        // Waits for the copy (and so for the step that wrote the values).
-        Ok(&pinned.as_slice().map_err(cuda_error)?[..len])
+        let host = &mut pinned.as_mut_slice().map_err(cuda_error)?[..len];
+        let (source, _sync) = values.device_ptr(&stream);
+        // A raw copy of exactly `len` values: cudarc's `memcpy_dtoh` copies
+        // as many as the host buffer holds, past the end of `values`.
+        // SAFETY: `host` is `len` f32s of page-locked memory only this
+        // buffer uses, `source` holds `len` f32s on the stream's device, and
+        // the stream is synchronised before `host` is read.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(&mut *host, source, stream.cu_stream())
+        }
+        .map_err(cuda_error)?;
+        // Waits for the copy, and so for the step that wrote the values.
+        stream.synchronize().map_err(cuda_error)?;
+        Ok(host)
     }
 }
 
