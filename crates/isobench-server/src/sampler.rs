@@ -13,8 +13,8 @@
 //! histogram of their leading bits, the walk down the buckets' counts or
 //! mass finds the bucket where the kept set ends, and only that bucket's
 //! tokens are ordered. The draw then walks the vocabulary in id order
-//! over the tokens that rank at or before that boundary. The sampler
-//! keeps its buffers between tokens: no allocation per token.
+//! over the tokens that rank at or before that boundary. Its buffers are
+//! kept per thread between tokens: no allocation per token.
 
 use std::cell::RefCell;
 
