@@ -3,23 +3,13 @@
 //! answers at once, each taking a fixed service time S, serve at most
 //! N / S requests per second; beyond it requests queue.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-use isobench_mock::{MockConfig, MockHandle, MockServer};
+use common::{isobench, loopback_mock, stderr};
+use isobench_mock::{MockConfig, MockHandle};
 use isobench_report::{PlanResult, Report};
-
-fn isobench() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_isobench"));
-    command
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .env_remove("OPENAI_API_KEY");
-    command
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 /// The tests here time a mock's answers and judge them: each runs alone,
 /// so that none of them loads the machine another one is measuring on.
@@ -29,9 +19,7 @@ async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
 }
 
 async fn mock(config: MockConfig) -> MockHandle {
-    MockServer::start(config, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
+    loopback_mock(config).await
 }
 
 /// A mock of `running` slots, each answer taking `service_ms` (one token).

@@ -2,25 +2,16 @@
 //! and the embedded server on 127.0.0.1, Ctrl-C, SLO exit codes and bad
 //! input.
 
+mod common;
+
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use isobench_mock::{MockConfig, MockHandle, MockServer};
+use common::{Reaped, isobench, loopback_mock, repo_root, stderr};
+use isobench_mock::{MockConfig, MockHandle};
 use isobench_report::Report;
-
-fn isobench() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_isobench"));
-    command
-        .current_dir(repo_root())
-        .env_remove("OPENAI_API_KEY");
-    command
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// A mock with 20 ms TTFT and 2 ms between tokens, on a port of its own.
 async fn mock() -> MockHandle {
@@ -29,23 +20,7 @@ async fn mock() -> MockHandle {
         itl: "fixed:2".parse().unwrap(),
         ..MockConfig::default()
     };
-    MockServer::start(config, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
-}
-
-/// A spawned `isobench` that is killed and reaped when the test ends, even
-/// when an assertion fails first: a test never leaves a process running
-/// (and loading the CPU) behind it.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
+    loopback_mock(config).await
 }
 
 fn write_workload(dir: &Path, body: &str) -> PathBuf {
@@ -65,10 +40,6 @@ arrival = "closed"
 concurrency = 2
 max_requests = 6
 "#;
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 fn log_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
@@ -332,9 +303,7 @@ async fn a_low_soft_open_file_limit_is_raised() {
         ttft: "fixed:300".parse().unwrap(),
         ..MockConfig::default()
     };
-    let mock = MockServer::start(config, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let mock = loopback_mock(config).await;
     let dir = tempfile::tempdir().unwrap();
     let workload = write_workload(
         dir.path(),
@@ -385,9 +354,7 @@ async fn compare_tells_a_real_ttft_regression_from_noise() {
             ttft: ttft.parse().unwrap(),
             ..MockConfig::default()
         };
-        let mock = MockServer::start(config, "127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let mock = loopback_mock(config).await;
         let path = dir.path().join(format!("{name}.json"));
         let output = isobench()
             .args([

@@ -4,19 +4,14 @@
 //! before the first request, naming the flag; a run whose error rate
 //! passes `--max-error-rate`, or where every request failed, exits 3.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use isobench_mock::{MockConfig, MockHandle, MockServer};
+use common::{isobench, loopback_mock, stderr};
+use isobench_mock::{MockConfig, MockHandle};
 use isobench_report::Report;
-
-fn isobench() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_isobench"));
-    command
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .env_remove("OPENAI_API_KEY");
-    command
-}
 
 async fn mock(error_rate: f64) -> MockHandle {
     let config = MockConfig {
@@ -25,9 +20,7 @@ async fn mock(error_rate: f64) -> MockHandle {
         error_rate,
         ..MockConfig::default()
     };
-    MockServer::start(config, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap()
+    loopback_mock(config).await
 }
 
 fn workload(dir: &Path, requests: u32) -> PathBuf {
@@ -50,10 +43,6 @@ fn run(dir: &Path, url: &str, requests: u32, extra: &[&str]) -> Output {
         .args(extra)
         .output()
         .unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// Requests the mock answered or failed: none means the run never started.

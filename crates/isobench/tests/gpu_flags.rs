@@ -3,26 +3,12 @@
 //! one-line error with exit code 2, bad values name the flag, and a CPU
 //! run of the embedded server writes a report without a `gpu` section.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::process::Output;
+
+use common::{isobench, stderr};
 use isobench_report::Report;
-
-fn isobench() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_isobench"));
-    command
-        .current_dir(repo_root())
-        .env_remove("ISOBENCH_DEVICE");
-    command
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 /// The only line on stderr that says `error:`.
 fn error_line(output: &Output) -> String {

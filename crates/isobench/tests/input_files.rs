@@ -3,18 +3,11 @@
 //! `isobench report /dev/zero` and `compare` read reports the same way).
 //! The child is always reaped.
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use common::Reaped;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A child process killed and waited for on drop.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[cfg(unix)]
 #[test]

@@ -2,9 +2,9 @@
 //! `/metrics` scraped during the run into `server_metrics` (batch size,
 //! queue and KV gauges on the run's time line).
 
-use std::path::Path;
-use std::process::Command;
+mod common;
 
+use common::isobench;
 use isobench_report::Report;
 
 #[test]
@@ -27,8 +27,7 @@ max_requests = 18
     )
     .unwrap();
     let report_path = dir.path().join("r.json");
-    let output = Command::new(env!("CARGO_BIN_EXE_isobench"))
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+    let output = isobench()
         .args(["run", workload.to_str().unwrap(), "--quiet"])
         .args([
             "--server-model",

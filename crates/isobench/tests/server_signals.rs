@@ -3,27 +3,20 @@
 //! `finish_reason` and `[DONE]`, and the process exits 0. The child is
 //! always reaped, even when an assertion fails.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::Reaped;
 use rustix::process::{Pid, Signal, kill_process};
 
 /// Far longer than anything here should take.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// A child process killed and waited for on drop.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 impl Reaped {
     fn signal(&self, signal: Signal) {
