@@ -8,7 +8,7 @@
 //! [`HostBuffer`] keeps one page-locked buffer (grown when a step needs more,
 //! never shrunk) and copies into it on the model's stream, so the copy runs
 //! at the link's speed and nothing is allocated per step. On the CPU it
-//! reads the tensor into a reused `Vec`.
+//! copies the tensor's values into a reused `Vec`, also without allocating.
 
 use candle_core::Tensor;
 
@@ -36,8 +36,18 @@ impl HostBuffer {
         if tensor.device().is_cuda() {
             return self.read_cuda(tensor);
         }
+        let tensor = tensor.contiguous()?;
+        let (storage, layout) = tensor.storage_and_layout();
+        let candle_core::Storage::Cpu(storage) = &*storage else {
+            return Err(ModelError::Device(format!(
+                "reading logits from {:?}: only CPU and CUDA tensors are read",
+                tensor.device().location()
+            )));
+        };
+        let start = layout.start_offset();
+        let values = &storage.as_slice::<f32>()?[start..start + tensor.elem_count()];
         self.host.clear();
-        self.host.extend(tensor.flatten_all()?.to_vec1::<f32>()?);
+        self.host.extend_from_slice(values);
         Ok(&self.host)
     }
 
