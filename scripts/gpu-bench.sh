@@ -10,14 +10,17 @@
 # PART (each fits in the device tool's 10 minutes per command):
 #   checks      nvidia-smi, then the three below (needs all three binaries)
 #   check-kernels  .gpu/gpu_kernels: the paged-attention kernels
-#   check-model    .gpu/step_bench --check (f32 small model, then the 1B
-#                  shape): GPU against CPU, graphs against eager, bf16
+#   check-model    .gpu/step_bench --check (f32 small model, the 1B shape,
+#                  the Qwen2 fixture): GPU against CPU, graphs against
+#                  eager, bf16, own kernels against candle's plain ops
 #   check-server   greedy equivalence of every batching policy, and of
 #                  preemption under a forced small pool, through
 #                  `.gpu/isobench serve --device cuda:0`
-#   steps       .gpu/step_bench on the 1B and 8B shapes, batch
-#               1,8,32,64,128, graphs off and on (CUDA-event step times
-#               against the memory-bandwidth floor)
+#   steps       .gpu/step_bench on the 1B and 8B shapes (STEP_MODELS),
+#               batch 1,2,4,8,16,32,64,128 (STEP_BATCHES), graphs off and
+#               on, this crate's kernels and then candle's plain ops
+#               (STEP_KERNELS="own plain"): CUDA-event step times against
+#               the memory-bandwidth floor
 #   hf          scripts/hf_decode_bench.py: Hugging Face transformers on the
 #               same shapes, eager and compiled static cache
 #   serving-1b  isobench run of workloads short, long, batched and chat at
@@ -163,14 +166,18 @@ check_kernels() {
     log "paged-attention kernels"
     if "$BIN/gpu_kernels" >"$RAW/gpu_kernels.txt" 2>&1; then status=PASS; else status=FAIL; FAILED=1; fi
     say "$status gpu_kernels ($(grep -c '^PASS' "$RAW/gpu_kernels.txt" || true) cases passed, $(grep -c '^FAIL' "$RAW/gpu_kernels.txt" || true) failed)"
+    say "$(grep -E '^(decode attention|  batch)' "$RAW/gpu_kernels.txt")"
 }
 
 check_model() {
     need "$BIN/step_bench"
-    local status model
-    for model in small-llama llama-3.2-1b-shape; do
+    local status folder model
+    # The Qwen2 fixture has q/k/v biases and tied embeddings, which the
+    # Llama-shaped folders lack.
+    for folder in models/small-llama models/llama-3.2-1b-shape crates/isobench-model/tests/fixtures/qwen2; do
+        model="$(basename "$folder")"
         log "step_bench --check $model"
-        if "$BIN/step_bench" --check --device "$DEVICE" --model "models/$model" >"$RAW/step_check-$model.txt" 2>&1; then
+        if "$BIN/step_bench" --check --device "$DEVICE" --model "$folder" >"$RAW/step_check-$model.txt" 2>&1; then
             status=PASS
         else
             status=FAIL; FAILED=1
@@ -253,12 +260,20 @@ part_checks() {
 part_steps() {
     need "$BIN/step_bench"
     say "GPU: $(gpu_info)"
-    for model in llama-3.2-1b-shape llama-3-8b-shape; do
-        log "step_bench $model"
-        "$BIN/step_bench" --device "$DEVICE" --dtype "$DTYPE" --model "models/$model" --graphs both \
-            --batch 1,8,32,64,128 --context 512 --steps 32 >"$RAW/step_bench-$model.txt" 2>&1 \
-            || { FAILED=1; say "FAIL step_bench $model: $(tail -2 "$RAW/step_bench-$model.txt")"; }
-        say "$(grep -v '^{' "$RAW/step_bench-$model.txt")"
+    local model kernels
+    for model in ${STEP_MODELS:-llama-3.2-1b-shape llama-3-8b-shape}; do
+        # This crate's kernels (steps of up to 8 tokens), then candle's
+        # plain ops on cuBLAS for every step, side by side.
+        for kernels in ${STEP_KERNELS:-own plain}; do
+            log "step_bench $model ($kernels)"
+            local flags=()
+            [ "$kernels" = own ] || flags=(--plain)
+            "$BIN/step_bench" --device "$DEVICE" --dtype "$DTYPE" --model "models/$model" --graphs both \
+                --batch "${STEP_BATCHES:-1,2,4,8,16,32,64,128}" --context 512 --steps 32 "${flags[@]}" \
+                >"$RAW/step_bench-$model-$kernels.txt" 2>&1 \
+                || { FAILED=1; say "FAIL step_bench $model ($kernels): $(tail -2 "$RAW/step_bench-$model-$kernels.txt")"; }
+            say "$(grep -v '^JSON' "$RAW/step_bench-$model-$kernels.txt")"
+        done
     done
 }
 

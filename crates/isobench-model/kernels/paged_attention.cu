@@ -15,16 +15,18 @@
 // PARTITION tokens: scores into shared memory, softmax with a running
 // max (online softmax across chunks, accumulators rescaled), then the
 // weighted sum of V. Decode steps (one new token per sequence, rows == B)
-// with a long table are split along the context: grid.z partitions of
-// partition_size (<= PARTITION) tokens each write a partial (max, sum,
-// unnormalised output)
-// into a scratch buffer, and `paged_attention_reduce_*` combines them.
+// with a long table are split along the context into partitions of
+// partition_size (<= PARTITION) tokens, each writing a partial (max, sum,
+// unnormalised output) into a scratch buffer that
+// `paged_attention_reduce_*` combines. Block z of grid.z takes partitions
+// z, z + grid.z, ... and stops at the first past its row's context: the
+// table's width, not the context, sets the partition count (a graph's
+// shapes cannot follow the context), so a grid of one block per partition
+// would be mostly empty blocks for a short context in a wide table.
 // No kernel reads host memory, allocates or synchronises: a decode step
 // can be captured in a CUDA graph.
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
+#include "common.cuh"
 
 namespace {
 
@@ -34,59 +36,10 @@ constexpr int NUM_WARPS = NUM_THREADS / 32;
 // partition; must match PARTITION in src/paged_attention/cuda.rs.
 constexpr int PARTITION = 512;
 
-template <typename T> __device__ __forceinline__ float to_float(T x);
-template <> __device__ __forceinline__ float to_float(float x) { return x; }
-template <> __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-    return __bfloat162float(x);
-}
-
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float(float x) { return x; }
-template <> __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float(float x) {
-    return __float2bfloat16_rn(x);
-}
-
-// 16 bytes of T as floats.
-template <typename T> __device__ __forceinline__ void unpack(uint4 raw, float* out);
-template <> __device__ __forceinline__ void unpack<float>(uint4 raw, float* out) {
-    out[0] = __uint_as_float(raw.x);
-    out[1] = __uint_as_float(raw.y);
-    out[2] = __uint_as_float(raw.z);
-    out[3] = __uint_as_float(raw.w);
-}
-template <> __device__ __forceinline__ void unpack<__half>(uint4 raw, float* out) {
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
-        out[2 * i] = f.x;
-        out[2 * i + 1] = f.y;
-    }
-}
-template <> __device__ __forceinline__ void unpack<__nv_bfloat16>(uint4 raw, float* out) {
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
-        out[2 * i] = f.x;
-        out[2 * i + 1] = f.y;
-    }
-}
-
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) {
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-    }
-    return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-        x += __shfl_xor_sync(0xffffffffu, x, offset);
     }
     return x;
 }
@@ -107,14 +60,18 @@ struct Params {
     float scale;
 };
 
+// Attends one row's partition (the whole visible context with one
+// partition); false when the partition starts past the visible context,
+// and so do all later ones.
 template <typename T, int D, int G, int UNROLL>
-__device__ __forceinline__ void attend(
+__device__ __forceinline__ bool attend(
     T* __restrict__ out,
     float* __restrict__ partials,
     const T* __restrict__ q,
     const T* __restrict__ k_cache,
     const T* __restrict__ v_cache,
-    const Params& p) {
+    const Params& p,
+    const int partition) {
     constexpr int VEC = 16 / sizeof(T);          // elements per 16-byte load
     constexpr int NVEC = D / VEC;                // 16-byte loads per K/V row
     constexpr int LPT = NVEC < 32 ? NVEC : 32;   // lanes per token
@@ -134,7 +91,6 @@ __device__ __forceinline__ void attend(
     const int kv_head = blockIdx.y / head_chunks;
     const int first_in_group = (blockIdx.y % head_chunks) * G;
     const int first_head = kv_head * group + first_in_group;
-    const int partition = blockIdx.z;
 
     // Which sequence this row belongs to, and how much of its context it sees.
     int seq = row;
@@ -153,7 +109,7 @@ __device__ __forceinline__ void attend(
     if (p.num_partitions > 1) {
         start = partition * p.partition_size;
         end = min(start + p.partition_size, visible);
-        if (start >= end) return;  // the reduce reads only partitions in range
+        if (start >= end) return false;  // the reduce reads only partitions in range
     }
     const uint32_t* table = p.block_tables + (size_t)seq * p.table_width;
 
@@ -352,6 +308,7 @@ __device__ __forceinline__ void attend(
             out[head_row * D + d] = from_float<T>(total / sum);
         }
     }
+    return true;
 }
 
 // Combines a decode step's partitions: grid (num_heads, rows), one block
@@ -393,8 +350,8 @@ __device__ __forceinline__ void reduce(
 
 }  // namespace
 
-#define ATTENTION_KERNEL(NAME, T, D, G, UNROLL)                                                \
-    extern "C" __global__ void __launch_bounds__(NUM_THREADS) NAME(                            \
+#define ATTENTION_KERNEL(NAME, T, D, G, UNROLL, MIN_BLOCKS)                                    \
+    extern "C" __global__ void __launch_bounds__(NUM_THREADS, MIN_BLOCKS) NAME(                \
         T* out, float* partials, const T* q, const T* k_cache, const T* v_cache,               \
         const uint32_t* block_tables, const uint32_t* context_lens,                            \
         const uint32_t* query_starts, int num_seqs, int rows, int table_width,                 \
@@ -403,18 +360,28 @@ __device__ __forceinline__ void reduce(
         const Params p{block_tables, context_lens, query_starts, num_seqs,                     \
                        rows,         table_width,  block_size,   num_heads,                    \
                        num_kv_heads, num_partitions, partition_size, scale};                   \
-        attend<T, D, G, UNROLL>(out, partials, q, k_cache, v_cache, p);                        \
+        for (int partition = blockIdx.z; partition < num_partitions;                           \
+             partition += gridDim.z) {                                                         \
+            if (partition != (int)blockIdx.z) __syncthreads(); /* shared memory reused */      \
+            if (!attend<T, D, G, UNROLL>(out, partials, q, k_cache, v_cache, p, partition)) {  \
+                break;                                                                         \
+            }                                                                                  \
+        }                                                                                      \
     }
 
 // Loads in flight per thread (UNROLL x 16 bytes for K, then for V): four,
 // two for the widest head groups, whose accumulators take most registers
-// (bf16, d128: 72 to 201 registers, no spills). Eight measured slower on
-// an H200 (fewer resident blocks): 201 against 160 us at batch 64.
-#define ATTENTION_GROUPS(DT, T, D)                                  \
-    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g1, T, D, 1, 4)  \
-    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g2, T, D, 2, 4)  \
-    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g4, T, D, 4, 4)  \
-    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g8, T, D, 8, 2)
+// (bf16, d128: 72 to 204 registers, no spills). Eight measured slower on
+// an H200 (fewer resident blocks): 201 against 160 us at batch 64. The
+// last argument keeps four blocks resident per SM (at most 128 registers
+// a thread; two for the widest groups): without it the partition loop
+// took the g4 kernel from 128 to 138 registers and three blocks, and
+// decode attention at batch 8 to 128 from 28-310 to 41-407 us.
+#define ATTENTION_GROUPS(DT, T, D)                                     \
+    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g1, T, D, 1, 4, 4)  \
+    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g2, T, D, 2, 4, 4)  \
+    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g4, T, D, 4, 4, 4)  \
+    ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g8, T, D, 8, 2, 2)
 
 #define ATTENTION_DTYPE(DT, T)                                                               \
     ATTENTION_GROUPS(DT, T, 16)                                                              \

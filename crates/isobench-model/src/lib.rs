@@ -40,7 +40,8 @@
 //! deterministic random ones), `gguf` reads and writes GGUF files, `llama`
 //! is the network, `cpu` runs it on the CPU with this crate's own kernels
 //! (SIMD projections, one thread pool, reused buffers), `rope` its rotary
-//! embeddings, `paged_attention` its CPU and CUDA kernels, `cache` the KV
+//! embeddings, `paged_attention` its CPU and CUDA kernels, `decode` the
+//! CUDA kernels of single-token steps, `cache` the KV
 //! storage, `step` turns a [`StepBatch`] into tensors, `graph` captures and
 //! replays decode steps (CUDA builds), `timer` times steps with CUDA
 //! events, `host_copy` brings logits to the host through a reused
@@ -51,6 +52,8 @@ mod batch;
 mod cache;
 mod config;
 mod cpu;
+#[cfg(feature = "cuda")]
+mod decode;
 mod device;
 mod error;
 mod folder;

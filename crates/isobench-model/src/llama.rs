@@ -14,7 +14,9 @@
 //! through the final norm and the LM head. The same network is built in
 //! two forms: candle's ops (`Network`: the GPU, and the CPU's plain path)
 //! and the CPU step of [`crate::cpu`] (`CpuNetwork`, q/k/v and gate/up
-//! fused), from the same checkpoint names.
+//! fused), from the same checkpoint names. On CUDA, `Network` hands
+//! single-token steps to the kernels of `crate::decode`, over its own
+//! tensors.
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm};
@@ -28,10 +30,12 @@ use crate::timer::StepTimer;
 use crate::weights::Weights;
 use crate::{CausalLm, KvCache, ModelConfig, ModelError, ModelOptions, StepBatch, StepStats};
 
-/// A projection `y = x W^T + b` whose `W` ([out, in]) is stored
+/// A projection `y = x W^T + b`. On the CPU its `W` ([out, in]) is stored
 /// transposed: `Linear` multiplies by `W^T`, and a contiguous right-hand
 /// side saves gemm from repacking the weights on every call, which makes
-/// small-batch steps up to twice as fast on the CPU.
+/// small-batch steps up to twice as fast there. On a GPU it keeps the
+/// checkpoint's layout, which the single-token kernels of `crate::decode`
+/// stream row by row (and cuBLAS reads as a transposed operand).
 fn linear(
     in_dim: usize,
     out_dim: usize,
@@ -42,12 +46,17 @@ fn linear(
     let bias = bias
         .then(|| w.get(out_dim, "bias", Init::Zeros))
         .transpose()?;
-    Ok(Linear::new(transposed_storage(&weight)?, bias))
+    Ok(Linear::new(gemm_layout(weight)?, bias))
 }
 
-/// The same matrix, laid out column-major.
-fn transposed_storage(weight: &Tensor) -> Result<Tensor> {
-    weight.t()?.contiguous()?.t()
+/// A weight [out, in] laid out for the device's `Linear`: column-major on
+/// the CPU, as it is elsewhere.
+fn gemm_layout(weight: Tensor) -> Result<Tensor> {
+    if weight.device().is_cpu() {
+        weight.t()?.contiguous()?.t()
+    } else {
+        Ok(weight)
+    }
 }
 
 fn rms_norm(size: usize, eps: f64, w: &Weights<'_>) -> std::result::Result<RmsNorm, ModelError> {
@@ -179,12 +188,19 @@ pub(crate) struct Network {
     norm: RmsNorm,
     lm_head: Linear,
     rotary: RotaryEmbedding,
+    /// On CUDA, the kernels that run single-token steps.
+    #[cfg(feature = "cuda")]
+    single_token: Option<crate::decode::SingleToken>,
 }
 
 impl Network {
     /// f32 logits [B, vocab] of each sequence's last new token. Reads the
     /// step only through its tensors, so it can be captured.
     pub(crate) fn run(&self, step: &StepTensors, cache: &KvCache) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let Some(single) = self.single_token.as_ref().filter(|s| s.takes(step)) {
+            return single.run(&self.embed_tokens, step, cache);
+        }
         let ctx = StepContext {
             step,
             angles: self.rotary.angles(&step.positions)?,
@@ -203,7 +219,7 @@ impl Network {
 /// What runs a step: candle's graph of ops (GPU, and the CPU's plain
 /// path), or the CPU step of [`crate::cpu`].
 enum Engine {
-    Candle(Network),
+    Candle(Box<Network>),
     Cpu(Box<CpuNetwork>),
 }
 
@@ -227,10 +243,10 @@ impl Llama {
     ) -> std::result::Result<Self, ModelError> {
         let buckets = options.buckets()?;
         let device = w.device().clone();
-        let engine = if device.is_cpu() && options.cpu_kernels {
+        let engine = if device.is_cpu() && options.own_kernels {
             Engine::Cpu(Box::new(cpu_network(cfg, w)?))
         } else {
-            Engine::Candle(candle_network(cfg, w)?)
+            Engine::Candle(Box::new(candle_network(cfg, w, options.own_kernels)?))
         };
         #[cfg(not(feature = "cuda"))]
         let _ = buckets;
@@ -308,8 +324,13 @@ impl Llama {
     }
 }
 
-/// The candle graph of the network.
-fn candle_network(cfg: &ModelConfig, w: &Weights<'_>) -> std::result::Result<Network, ModelError> {
+/// The candle graph of the network; on CUDA with `own_kernels`,
+/// single-token steps on the kernels of [`crate::decode`].
+fn candle_network(
+    cfg: &ModelConfig,
+    w: &Weights<'_>,
+    own_kernels: bool,
+) -> std::result::Result<Network, ModelError> {
     let model = w.pp("model");
     let embeddings =
         model
@@ -319,17 +340,65 @@ fn candle_network(cfg: &ModelConfig, w: &Weights<'_>) -> std::result::Result<Net
         .map(|index| DecoderLayer::new(cfg, &model.pp("layers").pp(index)))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let lm_head = if cfg.tie_word_embeddings {
-        Linear::new(transposed_storage(&embeddings)?, None)
+        Linear::new(gemm_layout(embeddings.clone())?, None)
     } else {
         linear(cfg.hidden_size, cfg.vocab_size, false, &w.pp("lm_head"))?
     };
-    Ok(Network {
+    let network = Network {
         embed_tokens: Embedding::new(embeddings, cfg.hidden_size),
         layers,
         norm: rms_norm(cfg.hidden_size, cfg.rms_norm_eps, &model.pp("norm"))?,
         lm_head,
         rotary: RotaryEmbedding::new(cfg, w.dtype(), w.device())?,
-    })
+        #[cfg(feature = "cuda")]
+        single_token: None,
+    };
+    #[cfg(feature = "cuda")]
+    let network = Network {
+        single_token: (own_kernels && w.device().is_cuda())
+            .then(|| single_token(&network, cfg))
+            .flatten(),
+        ..network
+    };
+    #[cfg(not(feature = "cuda"))]
+    let _ = own_kernels; // only the CUDA build has kernels of its own here
+    Ok(network)
+}
+
+/// The network's tensors as the single-token kernels see them.
+#[cfg(feature = "cuda")]
+fn single_token(net: &Network, cfg: &ModelConfig) -> Option<crate::decode::SingleToken> {
+    use crate::decode::{Dims, LayerWeights, Projection, SingleToken};
+    let layers = net
+        .layers
+        .iter()
+        .map(|layer| {
+            let (attn, mlp) = (&layer.self_attn, &layer.mlp);
+            LayerWeights {
+                input_norm: layer.input_layernorm.weight().clone(),
+                q: Projection::of(&attn.q_proj),
+                k: Projection::of(&attn.k_proj),
+                v: Projection::of(&attn.v_proj),
+                o: Projection::of(&attn.o_proj),
+                post_attention_norm: layer.post_attention_layernorm.weight().clone(),
+                gate: Projection::of(&mlp.gate_proj),
+                up: Projection::of(&mlp.up_proj),
+                down: Projection::of(&mlp.down_proj),
+            }
+        })
+        .collect();
+    let dims = Dims {
+        heads: cfg.num_attention_heads,
+        kv_heads: cfg.num_key_value_heads,
+        head_dim: cfg.head_dim,
+        eps: cfg.rms_norm_eps as f32,
+    };
+    SingleToken::new(
+        layers,
+        (net.norm.weight().clone(), Projection::of(&net.lm_head)),
+        net.rotary.tables(),
+        dims,
+    )
 }
 
 /// A projection's weight and optional bias for the CPU step.

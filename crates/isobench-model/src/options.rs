@@ -23,10 +23,14 @@ pub struct ModelOptions {
     /// The batch sizes graphs are captured for: a pure-decode batch of `n`
     /// sequences replays the graph of the smallest bucket `>= n`, padded.
     pub graph_buckets: Vec<usize>,
-    /// On the CPU, run steps on this crate's own kernels (`cpu` module:
-    /// SIMD projections, one thread pool, reused buffers). Off: candle's
-    /// general ops, the plain path the kernels are tested against.
-    pub cpu_kernels: bool,
+    /// Run steps on this crate's own kernels: on the CPU every step (`cpu`
+    /// module: SIMD projections, one thread pool, reused buffers); on CUDA
+    /// the single-token steps (`decode` module: projections that stream
+    /// each weight once, with norms, RoPE, K/V writes, residuals and SiLU
+    /// fused in), larger ones on candle's ops and cuBLAS. Off: candle's
+    /// general ops everywhere, the plain path the kernels are tested
+    /// against.
+    pub own_kernels: bool,
 }
 
 impl Default for ModelOptions {
@@ -35,7 +39,7 @@ impl Default for ModelOptions {
             dtype: None,
             cuda_graphs: true,
             graph_buckets: DEFAULT_GRAPH_BUCKETS.to_vec(),
-            cpu_kernels: true,
+            own_kernels: true,
         }
     }
 }

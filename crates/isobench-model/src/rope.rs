@@ -31,6 +31,12 @@ impl RotaryEmbedding {
         })
     }
 
+    /// The whole (cos, sin) tables, [max_position_embeddings, head_dim / 2].
+    #[cfg(feature = "cuda")]
+    pub(crate) fn tables(&self) -> (Tensor, Tensor) {
+        (self.cos.clone(), self.sin.clone())
+    }
+
     /// The (cos, sin) rows [T, head_dim / 2] of `positions` [T], gathered
     /// once per step and shared by every layer.
     pub(crate) fn angles(&self, positions: &Tensor) -> Result<(Tensor, Tensor)> {

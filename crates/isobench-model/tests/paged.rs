@@ -207,10 +207,10 @@ fn cpu_kernels_match_the_plain_candle_path_on_mixed_steps() {
     use isobench_model::{Device, ModelOptions, load_model_with};
     let folder = tiny();
     for (dtype, tolerance) in [(DType::F32, 1e-5), (DType::F16, 2e-2), (DType::BF16, 5e-2)] {
-        let load = |cpu_kernels| {
+        let load = |own_kernels| {
             let options = ModelOptions {
                 dtype: Some(dtype),
-                cpu_kernels,
+                own_kernels,
                 ..ModelOptions::default()
             };
             load_model_with(&folder, &Device::Cpu, &options).unwrap()

@@ -13,6 +13,13 @@
 //!    `max |bf16 - f32| / max |f32|` (the bound the transformers fixtures
 //!    hold f16 and bf16 to), and graphs on within [`GRAPH_TOLERANCE`] of
 //!    graphs off.
+//! 4. The first prompt alone, so that its decode steps are single-token
+//!    steps, which run on this crate's kernels (src/decode.rs): CUDA f32
+//!    with graphs, the same tokens as the CPU's run of that prompt, every
+//!    decode step replayed; CUDA bf16 within [`BF16_TOLERANCE`] of it, and
+//!    of the same run on candle's plain ops (`own_kernels` off).
+//! 5. candle's plain ops for the three prompts: f32 tokens equal the
+//!    CPU's, bf16 within [`BF16_TOLERANCE`] of the f32 reference.
 //!
 //! Prints PASS or FAIL per check; the exit code is 1 if any failed.
 
@@ -41,20 +48,21 @@ struct Run {
     replayed_steps: usize,
 }
 
-/// Runs the prompts and `DECODE_STEPS` decode steps; with `forced`, feeds
-/// its tokens instead of the argmax.
-fn greedy(model: &mut dyn CausalLm, forced: Option<&[Vec<u32>]>) -> Result<Run> {
+/// Runs `prompts` (lengths) and `DECODE_STEPS` decode steps; with
+/// `forced`, feeds its tokens instead of the argmax.
+fn greedy(model: &mut dyn CausalLm, prompts: &[usize], forced: Option<&[Vec<u32>]>) -> Result<Run> {
     let vocab = model.config().vocab_size as u32;
-    let blocks_per_seq = (PROMPT_LENS[2] + DECODE_STEPS).div_ceil(BLOCK_SIZE);
+    let longest = prompts.iter().copied().max().unwrap_or(0);
+    let blocks_per_seq = (longest + DECODE_STEPS).div_ceil(BLOCK_SIZE);
     let mut cache = KvCache::new(
         model.config(),
-        PROMPT_LENS.len() * blocks_per_seq,
+        prompts.len() * blocks_per_seq,
         BLOCK_SIZE,
         model.device(),
         model.dtype(),
     )?;
     // Sequence i owns blocks i, i + 3, i + 6...: interleaved, not contiguous.
-    let seqs = PROMPT_LENS.len();
+    let seqs = prompts.len();
     let slot = |seq: usize, position: usize| {
         ((position / BLOCK_SIZE * seqs + seq) * BLOCK_SIZE + position % BLOCK_SIZE) as u32
     };
@@ -70,7 +78,7 @@ fn greedy(model: &mut dyn CausalLm, forced: Option<&[Vec<u32>]>) -> Result<Run> 
     };
     let mut contexts = vec![0usize; seqs];
     let mut step = StepBatch::default();
-    for (seq, &len) in PROMPT_LENS.iter().enumerate() {
+    for (seq, &len) in prompts.iter().enumerate() {
         for position in 0..len {
             step.token_ids
                 .push((seq as u32 * 7919 + position as u32 * 104_729) % (vocab - 5) + 5);
@@ -151,26 +159,36 @@ pub(crate) fn run(args: &Args) -> Result<bool> {
         return Err("--check compares a GPU with the CPU: give --device cuda or cuda:N".into());
     }
     let folder = ModelFolder::open(&args.model)?;
-    let options = |dtype, cuda_graphs| ModelOptions {
+    let options = |dtype, cuda_graphs, own_kernels| ModelOptions {
         dtype: Some(dtype),
         cuda_graphs,
+        own_kernels,
         ..ModelOptions::default()
     };
-    let load = |device, dtype, graphs| load_model_with(&folder, device, &options(dtype, graphs));
+    let load =
+        |device, dtype, graphs| load_model_with(&folder, device, &options(dtype, graphs, true));
+    let load_plain = |dtype| load_model_with(&folder, &gpu, &options(dtype, false, false));
     println!(
         "check: {} ({:.1} M parameters), prompts of {PROMPT_LENS:?} tokens, {DECODE_STEPS} greedy decode steps",
         folder.name(),
         folder.config().num_parameters() as f64 / 1e6
     );
-    let reference = greedy(
-        load(&isobench_model::Device::Cpu, DType::F32, false)?.as_mut(),
-        None,
-    )?;
-    let eager = greedy(load(&gpu, DType::F32, false)?.as_mut(), None)?;
-    let graphs = greedy(load(&gpu, DType::F32, true)?.as_mut(), None)?;
+    let cpu = || load(&isobench_model::Device::Cpu, DType::F32, false);
+    let all = &PROMPT_LENS[..];
+    let reference = greedy(cpu()?.as_mut(), all, None)?;
+    let eager = greedy(load(&gpu, DType::F32, false)?.as_mut(), all, None)?;
+    let graphs = greedy(load(&gpu, DType::F32, true)?.as_mut(), all, None)?;
     let forced = Some(reference.tokens.as_slice());
-    let bf16_eager = greedy(load(&gpu, DType::BF16, false)?.as_mut(), forced)?;
-    let bf16_graphs = greedy(load(&gpu, DType::BF16, true)?.as_mut(), forced)?;
+    let bf16_eager = greedy(load(&gpu, DType::BF16, false)?.as_mut(), all, forced)?;
+    let bf16_graphs = greedy(load(&gpu, DType::BF16, true)?.as_mut(), all, forced)?;
+    let plain = greedy(load_plain(DType::F32)?.as_mut(), all, None)?;
+    let bf16_plain = greedy(load_plain(DType::BF16)?.as_mut(), all, forced)?;
+    let one = &PROMPT_LENS[..1];
+    let alone_reference = greedy(cpu()?.as_mut(), one, None)?;
+    let alone = greedy(load(&gpu, DType::F32, true)?.as_mut(), one, None)?;
+    let forced_alone = Some(alone_reference.tokens.as_slice());
+    let bf16_alone = greedy(load(&gpu, DType::BF16, true)?.as_mut(), one, forced_alone)?;
+    let bf16_alone_plain = greedy(load_plain(DType::BF16)?.as_mut(), one, forced_alone)?;
 
     let mut passed = true;
     let diff = max_relative_diff(&eager.logits, &reference.logits);
@@ -211,6 +229,50 @@ pub(crate) fn run(args: &Args) -> Result<bool> {
             bf16_graphs.replayed_steps
         ),
     );
+    let diff = max_relative_diff(&plain.logits, &reference.logits);
+    report(
+        &mut passed,
+        plain.tokens == reference.tokens && diff <= F32_TOLERANCE,
+        format!(
+            "f32 GPU plain ops = CPU: same greedy tokens, logits max rel diff {diff:.2e} (<= {F32_TOLERANCE:.0e})"
+        ),
+    );
+    let diff = max_relative_diff(&alone.logits, &alone_reference.logits);
+    report(
+        &mut passed,
+        alone.tokens == alone_reference.tokens
+            && alone.replayed_steps == DECODE_STEPS
+            && diff <= F32_TOLERANCE,
+        format!(
+            "f32 GPU one sequence (single-token kernels, graphs) = CPU: same greedy tokens, {}/{DECODE_STEPS} replayed, logits max rel diff {diff:.2e}",
+            alone.replayed_steps
+        ),
+    );
+    let pairs = [
+        (
+            "plain ops vs f32 CPU",
+            &bf16_plain.logits,
+            &reference.logits,
+        ),
+        (
+            "one sequence (single-token kernels) vs f32 CPU",
+            &bf16_alone.logits,
+            &alone_reference.logits,
+        ),
+        (
+            "one sequence, single-token kernels vs plain ops (both bf16)",
+            &bf16_alone.logits,
+            &bf16_alone_plain.logits,
+        ),
+    ];
+    for (name, got, want) in pairs {
+        let diff = max_relative_diff(got, want);
+        report(
+            &mut passed,
+            diff <= BF16_TOLERANCE,
+            format!("bf16 GPU {name}: logits max rel diff {diff:.3} (<= {BF16_TOLERANCE})"),
+        );
+    }
     println!("{}", if passed { "CHECK PASS" } else { "CHECK FAIL" });
     Ok(passed)
 }

@@ -11,8 +11,9 @@
 //!   --batch LIST       batch sizes, e.g. 1,8,32,64,128 (default 1,8,32)
 //!   --context N        tokens prefilled per sequence (default 128)
 //!   --steps N          timed decode steps per batch and mode (default 16)
-//!   --plain            on the CPU: candle's general ops instead of the CPU
-//!                      step's own kernels (the plain path, for comparison)
+//!   --plain            candle's general ops (cuBLAS on a GPU) instead of
+//!                      this crate's own kernels (the plain path, for
+//!                      comparison)
 //!   --check            correctness mode instead (see check.rs)
 //! ```
 //!
@@ -295,16 +296,16 @@ fn load(
     let options = ModelOptions {
         dtype: args.dtype,
         cuda_graphs: graphs,
-        cpu_kernels: !args.plain,
+        own_kernels: !args.plain,
         ..ModelOptions::default()
     };
     let start = Instant::now();
     let model = load_model_with(folder, device, &options)?;
     device.synchronize()?;
     let kernels = match (device.is_cpu(), args.plain) {
-        (false, _) => "candle".to_string(),
-        (true, true) => "candle (plain)".to_string(),
+        (_, true) => "candle (plain)".to_string(),
         (true, false) => format!("own, {}", isobench_model::cpu_kernels()),
+        (false, false) => "own for single-token steps, candle for the rest".to_string(),
     };
     println!(
         "{}: {:.1} M parameters, {:?} on {:?}, graphs {}, kernels {kernels}, loaded in {:.1} s",

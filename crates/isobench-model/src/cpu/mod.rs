@@ -28,7 +28,7 @@
 //! chunks) in query tiles that read each cache block once per tile, with
 //! an online softmax; decode tokens on the per-token kernel of
 //! `crate::paged_attention::cpu`; both on the team. The candle graph (`crate::llama::Network`) stays the
-//! GPU path and the CPU's plain path (`ModelOptions::cpu_kernels` off), which
+//! GPU path and the CPU's plain path (`ModelOptions::own_kernels` off), which
 //! the tests compare this one with.
 
 mod attention;

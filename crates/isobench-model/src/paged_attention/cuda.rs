@@ -10,11 +10,12 @@
 //! decode step can be captured in a CUDA graph. A decode step (one new
 //! token per sequence: as many query rows as sequences) whose block table
 //! covers more than one partition is split along the context into
-//! fixed partitions (flash decoding), each handled by its own thread
-//! blocks, and combined by a reduce kernel; partitions are [`PARTITION`]
-//! tokens, or smaller when the batch alone would not fill the GPU. Every
-//! other step runs one block per query row and KV head over the whole
-//! visible context.
+//! fixed partitions (flash decoding), each handled by one thread block
+//! (a block takes every `grid.z`-th partition of its row, up to the row's
+//! context, so a wide table costs no empty blocks), and combined by a
+//! reduce kernel; partitions are [`PARTITION`] tokens, or smaller when
+//! the batch alone would not fill the GPU. Every other step runs one
+//! block per query row and KV head over the whole visible context.
 //!
 //! Slots and block numbers are not bounds-checked on the device (that
 //! would need a host round trip): `crate::step` validates them before any
@@ -38,9 +39,14 @@ const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/paged_attention.ptx"))
 /// match `PARTITION` in kernels/paged_attention.cu.
 const PARTITION: usize = 512;
 /// Thread blocks (sequences x KV-head blocks) below which decode
-/// partitions shrink to 256, then 128 tokens: an H200 has 132 SMs, each
-/// running about four of these blocks.
+/// partitions shrink to 256, then 128, then 64 tokens: an H200 has 132
+/// SMs, each running about four of these blocks.
 const FULL_GRID: usize = 512;
+/// Thread blocks a split decode launch aims for: its grid has at most
+/// this many (but at least one per row and head block), and each block
+/// loops over every `grid.z`-th partition of its row up to the row's
+/// context.
+const SPLIT_GRID: usize = 1024;
 /// Threads per block of every kernel here.
 const THREADS: u32 = 128;
 /// Head dims with a compiled attention kernel.
@@ -282,8 +288,10 @@ impl Shapes {
             PARTITION
         } else if blocks >= FULL_GRID / 4 {
             PARTITION / 2
-        } else {
+        } else if blocks >= FULL_GRID / 16 {
             PARTITION / 4
+        } else {
+            PARTITION / 8
         };
         let partitions = (self.table_width * self.block_size).div_ceil(size).max(1);
         if partitions == 1 {
@@ -369,11 +377,13 @@ fn attend_typed<T: Elem>(
 
     let name = format!("paged_attention_{}_d{head_dim}_g{heads_per_block}", T::NAME);
     let func = device.get_or_load_custom_func(&name, MODULE, PTX)?;
+    let blocks_per_partition = rows * head_blocks;
+    let partition_blocks = partitions.min(SPLIT_GRID.div_ceil(blocks_per_partition).max(1));
     let config = LaunchConfig {
         grid_dim: (
             grid(rows, "query rows")?,
             grid_y(head_blocks)?,
-            grid_y(partitions)?,
+            grid_y(partition_blocks)?,
         ),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
@@ -447,18 +457,18 @@ fn contiguous<'a, T>(
     }
 }
 
-/// A kernel argument that must fit an `int`.
-fn int(value: usize, what: &str) -> Result<i32> {
+/// A kernel argument that must fit an `int` (also the decode kernels').
+pub(crate) fn int(value: usize, what: &str) -> Result<i32> {
     match i32::try_from(value) {
         Ok(value) => Ok(value),
         Err(_) => {
-            bail!("paged attention: {what} ({value}) does not fit the kernels' 32-bit indices")
+            bail!("CUDA kernels: {what} ({value}) does not fit their 32-bit indices")
         }
     }
 }
 
 /// A grid x dimension (up to 2^31 - 1 blocks).
-fn grid(value: usize, what: &str) -> Result<u32> {
+pub(crate) fn grid(value: usize, what: &str) -> Result<u32> {
     Ok(int(value, what)? as u32)
 }
 

@@ -24,7 +24,7 @@ use crate::step::StepTensors;
 
 pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
-mod cuda;
+pub(crate) mod cuda;
 
 /// A `slot_mapping` entry that [`write_kv`] skips: the rows that pad a
 /// decode batch up to its CUDA-graph bucket. Such rows get a context of 1,

@@ -1,0 +1,347 @@
+// Single-token kernels on CUDA: the projections of a step of one token
+// (a decode step of one sequence), each streaming every weight row from
+// memory once, with the ops around them fused in. Behind isobench-model's
+// src/decode.rs; compiled to PTX by build.rs with nvcc.
+//
+// Why: a decode step of one sequence reads every weight once and does
+// almost no arithmetic, so its time is the bytes it reads over memory
+// bandwidth plus what the GPU spends between and around the big reads.
+// cuBLAS's gemv-shaped gemms read the weights well under the bandwidth,
+// and the small ops (norms, rotary embeddings, K/V writes, residual adds,
+// SiLU) are a dozen more kernels per layer. Here a layer is four
+// projection kernels and the attention:
+//
+//   qkv_rope    RMSNorm(h) -> q, k, v; RoPE on q and k; k and v written
+//               into the token's cache slot; q out
+//   residual    h += x W^T                         (o_proj, down_proj)
+//   swiglu      RMSNorm(h) -> silu(x Wg^T) * (x Wu^T)
+//   logits      RMSNorm(h[row]) W^T -> f32         (the LM head)
+//
+// Layouts (contiguous, row-major): weights [out, in] as in the
+// checkpoint; activations [tokens, features]; the caches
+// [blocks, block_size, kv_heads, D], i.e. [slots, kv_heads * D].
+//
+// One warp computes a pair of output features: a row and its partner,
+// which the epilogue combines (RoPE rotates feature i with i + D/2;
+// SwiGLU multiplies silu(gate j) with up j) or writes as they are
+// (features 2j and 2j + 1). Its lanes walk the two weight rows with
+// 16-byte loads, LOADS in flight per lane (bypassing L1, which keeps the
+// activations that every warp of a block reads), and reduce across the
+// warp. RMSNorm needs sum(x^2) over the whole input row, which every warp
+// reads anyway: it accumulates it alongside, so the norm costs no kernel
+// and no pass of its own: y = (W (x * g)) * rsqrt(mean(x^2) + eps).
+// Accumulation is f32; outputs are rounded where an unfused step rounds
+// them. Launch shapes are fixed, and nothing reads host memory, allocates
+// or synchronises: a decode step can be captured in a CUDA graph.
+//
+// Steps of several tokens run on candle's ops and cuBLAS: a version that
+// streamed each row once for up to 8 tokens on the CUDA cores, and one on
+// the tensor cores (mma.sync, 16 rows a unit, K split over a block's
+// warps) for up to 64, were both slower than cuBLAS from two tokens on an
+// H200 (docs/performance.md, "GPU decode steps").
+
+#include "common.cuh"
+
+namespace {
+
+constexpr int WARPS = 8;   // warps per block
+constexpr int THREADS = WARPS * 32;
+
+// x rounded to T and back, as an unfused step stores it.
+template <typename T> __device__ __forceinline__ float round_to(float x) {
+    return to_float(from_float<T>(x));
+}
+
+// A weight load: read once, so not kept in L1.
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// What a projection reads: the token's activations x [k] and an
+// optional RMSNorm weight.
+template <typename T>
+struct Input {
+    const T* x;
+    const T* norm;
+    float eps;
+    int k;
+};
+
+constexpr int LOADS = 8;  // 16-byte weight loads in flight per lane
+
+// The dot products of x (normed: x * g) with the warp's two rows,
+// reduced over the warp (every lane holds them), and the token's RMSNorm
+// factor (1 without a norm).
+struct PairSums {
+    float first;
+    float partner;
+    float scale;
+};
+
+template <typename T>
+__device__ __forceinline__ PairSums pair_dot(const T* first, const T* partner, const Input<T>& in) {
+    constexpr int V = 16 / sizeof(T);  // elements per load
+    constexpr int U = LOADS / 2;       // loads in flight per row
+    const int lane = threadIdx.x % 32;
+    const int vecs = in.k / V;
+    float a = 0.0f, b = 0.0f, ss = 0.0f;
+    for (int base = 0; base < vecs; base += 32 * U) {
+        uint4 raw[2][U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * 32 + lane;
+            raw[0][u] = i < vecs ? load_stream(first + (size_t)i * V) : make_uint4(0, 0, 0, 0);
+            raw[1][u] = i < vecs ? load_stream(partner + (size_t)i * V) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * 32 + lane;
+            if (i >= vecs) break;
+            float w0[V], w1[V], xf[V], gain[V];
+            unpack<T>(raw[0][u], w0);
+            unpack<T>(raw[1][u], w1);
+            unpack<T>(__ldg(reinterpret_cast<const uint4*>(in.x) + i), xf);
+            if (in.norm) unpack<T>(__ldg(reinterpret_cast<const uint4*>(in.norm) + i), gain);
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                if (in.norm) {
+                    ss = fmaf(xf[e], xf[e], ss);
+                    xf[e] *= gain[e];
+                }
+                a = fmaf(w0[e], xf[e], a);
+                b = fmaf(w1[e], xf[e], b);
+            }
+        }
+    }
+    const float scale = in.norm ? rsqrtf(warp_sum(ss) / (float)in.k + in.eps) : 1.0f;
+    return PairSums{warp_sum(a), warp_sum(b), scale};
+}
+
+// ---------------------------------------------------------------------
+// The epilogues: what a warp's pair becomes, given its index, the two
+// sums and the norm factor.
+
+// q, k and v with RoPE: pairs (i, i + D/2) of one head of q, k or v
+// (pairs run through the q heads, then k, then v). q to q_out, k and v to
+// the token's cache slot (none for a slot past the cache: a padding row).
+template <typename T>
+struct QkvRope {
+    T* q_out;
+    T* k_cache;
+    T* v_cache;
+    const T* wq;
+    const T* wk;
+    const T* wv;
+    const T* bq;
+    const T* bk;
+    const T* bv;
+    const T* cos;
+    const T* sin;
+    const uint32_t* positions;
+    const uint32_t* slots;
+    uint32_t num_slots;
+    int hidden;
+    int heads;
+    int kv_heads;
+    int d;
+
+    __device__ __forceinline__ int pairs() const { return (heads + 2 * kv_heads) * (d / 2); }
+
+    // Section (0 q, 1 k, 2 v) and feature index of pair `pair`.
+    __device__ __forceinline__ void locate(int pair, int& section, int& feature) const {
+        const int half = d / 2;
+        const int q_pairs = heads * half;
+        const int kv_pairs = kv_heads * half;
+        section = pair < q_pairs ? 0 : pair < q_pairs + kv_pairs ? 1 : 2;
+        const int local = pair - (section == 0 ? 0 : section == 1 ? q_pairs : q_pairs + kv_pairs);
+        feature = (local / half) * d + local % half;
+    }
+
+    __device__ __forceinline__ void rows(int pair, const T*& first, const T*& partner) const {
+        int section, feature;
+        locate(pair, section, feature);
+        const T* w = section == 0 ? wq : section == 1 ? wk : wv;
+        first = w + (size_t)feature * hidden;
+        partner = w + (size_t)(feature + d / 2) * hidden;
+    }
+
+    __device__ __forceinline__ void apply(int pair, PairSums sums) const {
+        int section, feature;
+        locate(pair, section, feature);
+        const int half = d / 2;
+        const T* bias = section == 0 ? bq : section == 1 ? bk : bv;
+        float a = sums.first * sums.scale;
+        float b = sums.partner * sums.scale;
+        if (bias) {
+            a += to_float(bias[feature]);
+            b += to_float(bias[feature + half]);
+        }
+        // Round to T first, as the unfused step does before its RoPE.
+        a = round_to<T>(a);
+        b = round_to<T>(b);
+        if (section < 2) {
+            const size_t angle = (size_t)positions[0] * half + feature % d;
+            const float co = to_float(cos[angle]);
+            const float si = to_float(sin[angle]);
+            const float ra = a * co - b * si;
+            b = b * co + a * si;
+            a = ra;
+        }
+        T* out;
+        if (section == 0) {
+            out = q_out + feature;
+        } else {
+            const uint32_t slot = slots[0];
+            if (slot >= num_slots) return;  // a padding row writes nowhere
+            out = (section == 1 ? k_cache : v_cache) + (size_t)slot * kv_heads * d + feature;
+        }
+        out[0] = from_float<T>(a);
+        out[half] = from_float<T>(b);
+    }
+};
+
+// Features 2j and 2j + 1 of a projection with `out` outputs (an odd last
+// pair computes its one feature twice).
+__device__ __forceinline__ int feature_of(int pair, int r, int out) {
+    return min(2 * pair + r, out - 1);
+}
+
+// h[j] += (x W^T)[j] (+ bias[j]).
+template <typename T>
+struct Residual {
+    T* h;
+    const T* w;
+    const T* bias;
+    int k;
+    int out;
+
+    __device__ __forceinline__ int pairs() const { return (out + 1) / 2; }
+
+    __device__ __forceinline__ void rows(int pair, const T*& first, const T*& partner) const {
+        first = w + (size_t)feature_of(pair, 0, out) * k;
+        partner = w + (size_t)feature_of(pair, 1, out) * k;
+    }
+
+    __device__ __forceinline__ void write(int j, float y) const {
+        if (bias) y += to_float(bias[j]);
+        // The projection rounded to T, then added, as an unfused step does.
+        h[j] = from_float<T>(to_float(h[j]) + round_to<T>(y));
+    }
+
+    __device__ __forceinline__ void apply(int pair, PairSums sums) const {
+        const int j = feature_of(pair, 0, out);
+        const int j2 = feature_of(pair, 1, out);
+        write(j, sums.first);
+        if (j2 != j) write(j2, sums.partner);
+    }
+};
+
+// out[j] = silu(gate_j) * up_j, both from RMSNorm(h): pairs are
+// (gate row j, up row j).
+template <typename T>
+struct Swiglu {
+    T* out;
+    const T* w_gate;
+    const T* w_up;
+    const T* b_gate;
+    const T* b_up;
+    int hidden;
+    int intermediate;
+
+    __device__ __forceinline__ int pairs() const { return intermediate; }
+
+    __device__ __forceinline__ void rows(int j, const T*& first, const T*& partner) const {
+        first = w_gate + (size_t)j * hidden;
+        partner = w_up + (size_t)j * hidden;
+    }
+
+    __device__ __forceinline__ void apply(int j, PairSums sums) const {
+        float g = sums.first * sums.scale;
+        float u = sums.partner * sums.scale;
+        if (b_gate) g += to_float(b_gate[j]);
+        if (b_up) u += to_float(b_up[j]);
+        g = round_to<T>(g);
+        u = round_to<T>(u);
+        const float silu = round_to<T>(g / (1.0f + __expf(-g)));
+        out[j] = from_float<T>(silu * u);
+    }
+};
+
+// f32 logits[j] of the normed row. The product is rounded to T, as an
+// unfused step's logits are before they become f32.
+template <typename T>
+struct Logits {
+    float* out;
+    const T* w;
+    int hidden;
+    int vocab;
+
+    __device__ __forceinline__ int pairs() const { return (vocab + 1) / 2; }
+
+    __device__ __forceinline__ void rows(int pair, const T*& first, const T*& partner) const {
+        first = w + (size_t)feature_of(pair, 0, vocab) * hidden;
+        partner = w + (size_t)feature_of(pair, 1, vocab) * hidden;
+    }
+
+    __device__ __forceinline__ void apply(int pair, PairSums sums) const {
+        const int j = feature_of(pair, 0, vocab);
+        const int j2 = feature_of(pair, 1, vocab);
+        out[j] = round_to<T>(sums.first * sums.scale);
+        if (j2 != j) out[j2] = round_to<T>(sums.partner * sums.scale);
+    }
+};
+
+// One pair per warp; lane 0 applies the epilogue.
+template <typename T, typename E>
+__device__ __forceinline__ void pair_kernel(const E& e, const Input<T>& in) {
+    const int pair = blockIdx.x * WARPS + threadIdx.x / 32;
+    if (pair >= e.pairs()) return;
+    const T* first;
+    const T* partner;
+    e.rows(pair, first, partner);
+    const PairSums sums = pair_dot<T>(first, partner, in);
+    if (threadIdx.x % 32 == 0) e.apply(pair, sums);
+}
+
+}  // namespace
+
+// The kernels, per dtype. Every one takes the inputs of its epilogue,
+// then (x, norm, eps, k).
+#define INPUT_PARAMS(T) const T *x, const T *norm, float eps, int k
+#define INPUT_ARGS {x, norm, eps, k}
+
+#define DECODE_KERNELS(DT, T)                                                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS) qkv_rope_##DT(                       \
+        T *q_out, T *k_cache, T *v_cache, const T *wq, const T *wk, const T *wv, const T *bq,  \
+        const T *bk, const T *bv, const T *cos, const T *sin, const uint32_t *positions,        \
+        const uint32_t *slots, uint32_t num_slots, int hidden, int heads, int kv_heads, int d, \
+        INPUT_PARAMS(T)) {                                                                     \
+        const QkvRope<T> e{q_out, k_cache,   v_cache,   wq,    wk,       wv,                   \
+                           bq,    bk,        bv,        cos,   sin,      positions,            \
+                           slots, num_slots, hidden,    heads, kv_heads, d};                   \
+        pair_kernel<T>(e, Input<T> INPUT_ARGS);                                                \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS) residual_##DT(                       \
+        T *h, const T *w, const T *bias, int out, INPUT_PARAMS(T)) {                           \
+        const Residual<T> e{h, w, bias, k, out};                                               \
+        pair_kernel<T>(e, Input<T> INPUT_ARGS);                                                \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS) swiglu_##DT(                         \
+        T *out, const T *w_gate, const T *w_up, const T *b_gate, const T *b_up,                 \
+        int intermediate, INPUT_PARAMS(T)) {                                                   \
+        const Swiglu<T> e{out, w_gate, w_up, b_gate, b_up, k, intermediate};                    \
+        pair_kernel<T>(e, Input<T> INPUT_ARGS);                                                \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS) logits_##DT(                         \
+        float *out, const T *w, int vocab, INPUT_PARAMS(T)) {                                  \
+        const Logits<T> e{out, w, k, vocab};                                                   \
+        pair_kernel<T>(e, Input<T> INPUT_ARGS);                                                \
+    }
+
+DECODE_KERNELS(f32, float)
+DECODE_KERNELS(f16, __half)
+DECODE_KERNELS(bf16, __nv_bfloat16)

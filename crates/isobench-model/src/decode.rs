@@ -1,0 +1,495 @@
+//! Single-token steps on CUDA: a step of one token (a decode step of one
+//! sequence) runs on this crate's own kernels (kernels/decode.cu) instead
+//! of candle's ops and cuBLAS.
+//!
+//! Such a step reads every weight once and does almost no arithmetic, so
+//! what it costs is bytes over memory bandwidth plus what the GPU spends
+//! between and around the big reads. The kernels stream each weight row
+//! once and fuse the small ops into the projections, so a layer is four
+//! launches and the attention: `qkv_rope` (RMSNorm, the q/k/v
+//! projections, RoPE and the K/V cache writes), the paged attention of
+//! [`crate::paged_attention`], `residual` for `o_proj`, `swiglu` (RMSNorm,
+//! gate and up, SiLU and the product) and `residual` for `down_proj`; then
+//! `logits` (final RMSNorm and the LM head, f32 out). Steps of several
+//! tokens stay on candle's ops: kernels for them were measured slower than
+//! cuBLAS (kernels/decode.cu says which).
+//!
+//! The weights are the candle network's own tensors ([out, in], as in the
+//! checkpoint), so nothing is stored twice. Launch shapes are fixed, every
+//! input is a device tensor, and the temporaries come from the
+//! stream-ordered allocator: the bucket-1 decode graph captures these
+//! launches like any other. Kernels take raw device pointers (event
+//! tracking is off on isobench's CUDA devices, see
+//! [`crate::parse_device`]); every pointer points into a tensor that this
+//! module holds for the launch.
+
+use std::sync::Arc;
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::WrapErr;
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use candle_core::op::BackpropOp;
+use candle_core::{CudaDevice, CudaStorage, DType, Module, Result, Storage, Tensor, bail};
+use candle_nn::{Embedding, Linear};
+use half::{bf16, f16};
+
+use crate::KvCache;
+use crate::paged_attention::cuda::{grid, int};
+use crate::paged_attention::paged_attention;
+use crate::step::StepTensors;
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode.ptx"));
+/// Threads per block of every kernel (`THREADS` in kernels/decode.cu).
+const THREADS: u32 = 256;
+/// Row pairs per block: one per warp (`WARPS` in kernels/decode.cu).
+const PAIRS_PER_BLOCK: usize = 8;
+
+/// The kernels of kernels/decode.cu, each compiled per dtype as
+/// `{name}_{dtype}`.
+#[derive(Clone, Copy)]
+enum Kernel {
+    QkvRope,
+    Residual,
+    Swiglu,
+    Logits,
+}
+
+impl Kernel {
+    const ALL: [Kernel; 4] = [
+        Kernel::QkvRope,
+        Kernel::Residual,
+        Kernel::Swiglu,
+        Kernel::Logits,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Kernel::QkvRope => "qkv_rope",
+            Kernel::Residual => "residual",
+            Kernel::Swiglu => "swiglu",
+            Kernel::Logits => "logits",
+        }
+    }
+}
+
+/// A weight [out, in] and its optional bias [out].
+pub(crate) struct Projection {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Projection {
+    pub(crate) fn of(linear: &Linear) -> Self {
+        Self {
+            weight: linear.weight().clone(),
+            bias: linear.bias().cloned(),
+        }
+    }
+
+    fn outputs(&self) -> usize {
+        self.weight.dims()[0]
+    }
+
+    fn inputs(&self) -> usize {
+        self.weight.dims()[1]
+    }
+}
+
+/// One decoder layer's tensors.
+pub(crate) struct LayerWeights {
+    pub input_norm: Tensor,
+    pub q: Projection,
+    pub k: Projection,
+    pub v: Projection,
+    pub o: Projection,
+    pub post_attention_norm: Tensor,
+    pub gate: Projection,
+    pub up: Projection,
+    pub down: Projection,
+}
+
+/// The model's sizes the kernels take.
+#[derive(Clone, Copy)]
+pub(crate) struct Dims {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub eps: f32,
+}
+
+/// The single-token path: the network's tensors, viewed by the kernels.
+pub(crate) struct SingleToken {
+    layers: Vec<LayerWeights>,
+    norm: Tensor,
+    lm_head: Projection,
+    /// The rotary tables [max_position_embeddings, head_dim / 2].
+    cos: Tensor,
+    sin: Tensor,
+    dims: Dims,
+    dtype: DType,
+    /// Every kernel for `dtype`, in [`Kernel::ALL`] order.
+    functions: Vec<CudaFunction>,
+    stream: Arc<CudaStream>,
+}
+
+impl SingleToken {
+    /// `None` (the step keeps candle's ops) when the kernels cannot run
+    /// this model: a dtype or a layout they do not take.
+    pub(crate) fn new(
+        layers: Vec<LayerWeights>,
+        (norm, lm_head): (Tensor, Projection),
+        (cos, sin): (Tensor, Tensor),
+        dims: Dims,
+    ) -> Option<Self> {
+        let dtype = norm.dtype();
+        let built = check(&layers, [&norm, &lm_head.weight, &cos, &sin], dims, dtype)
+            .and_then(|()| load(&norm, dtype).map_err(|err| err.to_string()));
+        match built {
+            Ok((functions, stream)) => Some(Self {
+                layers,
+                norm,
+                lm_head,
+                cos,
+                sin,
+                dims,
+                dtype,
+                functions,
+                stream,
+            }),
+            Err(reason) => {
+                tracing::info!(%reason, "single-token steps run on candle's ops");
+                None
+            }
+        }
+    }
+
+    /// Whether `step` is a single-token step.
+    pub(crate) fn takes(&self, step: &StepTensors) -> bool {
+        step.input_ids.dim(0).is_ok_and(|tokens| tokens == 1)
+    }
+
+    /// f32 logits [1, vocab] of the step's token, as
+    /// [`crate::llama::Network::run`] computes them.
+    pub(crate) fn run(
+        &self,
+        embed: &Embedding,
+        step: &StepTensors,
+        cache: &KvCache,
+    ) -> Result<Tensor> {
+        let tokens = step.input_ids.dim(0)?;
+        if tokens != 1 {
+            bail!("decode kernels: a step of {tokens} tokens; they run single tokens");
+        }
+        let Dims {
+            heads,
+            kv_heads,
+            head_dim,
+            eps,
+        } = self.dims;
+        let device = self.norm.device().as_cuda_device()?.clone();
+        let h = embed.forward(&step.input_ids)?;
+        let hidden = h.dim(1)?;
+        let num_slots = u32::try_from(cache.num_blocks() * cache.block_size()).unwrap_or(u32::MAX);
+        let input = |x: &Tensor, norm: Option<&Tensor>, k: usize| Input {
+            x: x.clone(),
+            norm: norm.cloned(),
+            eps,
+            k,
+        };
+        for (index, layer) in self.layers.iter().enumerate() {
+            let (key_cache, value_cache) = cache.layer(index);
+            let q = empty(&device, self.dtype, (1, heads * head_dim))?;
+            self.launch(Kernel::QkvRope, (heads + 2 * kv_heads) * head_dim / 2)
+                .arg(&device_ptr(&q)?)
+                .arg(&device_ptr(key_cache)?)
+                .arg(&device_ptr(value_cache)?)
+                .arg(&device_ptr(&layer.q.weight)?)
+                .arg(&device_ptr(&layer.k.weight)?)
+                .arg(&device_ptr(&layer.v.weight)?)
+                .arg(&bias_ptr(&layer.q)?)
+                .arg(&bias_ptr(&layer.k)?)
+                .arg(&bias_ptr(&layer.v)?)
+                .arg(&device_ptr(&self.cos)?)
+                .arg(&device_ptr(&self.sin)?)
+                .arg(&device_ptr(&step.positions)?)
+                .arg(&device_ptr(&step.slot_mapping)?)
+                .arg(&num_slots)
+                .arg(&int(hidden, "hidden_size")?)
+                .arg(&int(heads, "the head count")?)
+                .arg(&int(kv_heads, "the KV head count")?)
+                .arg(&int(head_dim, "head_dim")?)
+                .input(&input(&h, Some(&layer.input_norm), hidden))?
+                .run()?;
+            let q = q.reshape((1, 1, heads, head_dim))?;
+            let attended = paged_attention(&q, key_cache, value_cache, step, heads)?;
+            self.residual(&h, &layer.o, &input(&attended, None, heads * head_dim))?;
+            let intermediate = layer.gate.outputs();
+            let act = empty(&device, self.dtype, (1, intermediate))?;
+            self.launch(Kernel::Swiglu, intermediate)
+                .arg(&device_ptr(&act)?)
+                .arg(&device_ptr(&layer.gate.weight)?)
+                .arg(&device_ptr(&layer.up.weight)?)
+                .arg(&bias_ptr(&layer.gate)?)
+                .arg(&bias_ptr(&layer.up)?)
+                .arg(&int(intermediate, "intermediate_size")?)
+                .input(&input(&h, Some(&layer.post_attention_norm), hidden))?
+                .run()?;
+            self.residual(&h, &layer.down, &input(&act, None, intermediate))?;
+        }
+        let vocab = self.lm_head.outputs();
+        // The step's one token is its one sequence's last.
+        let logits = empty(&device, DType::F32, (1, vocab))?;
+        self.launch(Kernel::Logits, vocab.div_ceil(2))
+            .arg(&device_ptr(&logits)?)
+            .arg(&device_ptr(&self.lm_head.weight)?)
+            .arg(&int(vocab, "vocab_size")?)
+            .input(&input(&h, Some(&self.norm), hidden))?
+            .run()?;
+        Ok(logits)
+    }
+
+    /// `kernel` over `pairs` row pairs, one per warp.
+    fn launch(&self, kernel: Kernel, pairs: usize) -> Launch<'_> {
+        Launch {
+            function: &self.functions[kernel as usize],
+            stream: &self.stream,
+            args: Vec::with_capacity(24),
+            blocks: pairs.div_ceil(PAIRS_PER_BLOCK),
+        }
+    }
+
+    /// `h += x W^T (+ b)`.
+    fn residual(&self, h: &Tensor, projection: &Projection, input: &Input) -> Result<()> {
+        let out = projection.outputs();
+        self.launch(Kernel::Residual, out.div_ceil(2))
+            .arg(&device_ptr(h)?)
+            .arg(&device_ptr(&projection.weight)?)
+            .arg(&bias_ptr(projection)?)
+            .arg(&int(out, "a projection's outputs")?)
+            .input(input)?
+            .run()
+    }
+}
+
+/// What a projection reads: the token's activations `x` [k], normed by
+/// RMSNorm with weight `norm` first if given.
+struct Input {
+    x: Tensor,
+    norm: Option<Tensor>,
+    eps: f32,
+    k: usize,
+}
+
+/// The module of kernels/decode.cu on `anchor`'s device, its kernels for
+/// `dtype` in [`Kernel::ALL`] order, and the stream.
+fn load(anchor: &Tensor, dtype: DType) -> Result<(Vec<CudaFunction>, Arc<CudaStream>)> {
+    let stream = anchor.device().as_cuda_device()?.cuda_stream();
+    let module = stream.context().load_module(PTX.into()).w()?;
+    let dtype = dtype_name(dtype)?;
+    let functions = Kernel::ALL
+        .iter()
+        .map(|kernel| {
+            module
+                .load_function(&format!("{}_{dtype}", kernel.name()))
+                .w()
+        })
+        .collect::<Result<_>>()?;
+    Ok((functions, stream))
+}
+
+/// Why the kernels cannot run this model, if they cannot.
+fn check(
+    layers: &[LayerWeights],
+    others: [&Tensor; 4],
+    dims: Dims,
+    dtype: DType,
+) -> std::result::Result<(), String> {
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(format!("no kernels for {dtype:?}"));
+    }
+    if !dims.head_dim.is_multiple_of(2) {
+        return Err(format!("head_dim {} is odd", dims.head_dim));
+    }
+    let per_load = 16 / dtype.size_in_bytes();
+    let mut tensors = others.to_vec();
+    for layer in layers {
+        tensors.extend([&layer.input_norm, &layer.post_attention_norm]);
+        for p in [
+            &layer.q,
+            &layer.k,
+            &layer.v,
+            &layer.o,
+            &layer.gate,
+            &layer.up,
+            &layer.down,
+        ] {
+            // Lanes read rows in 16-byte loads.
+            if !p.inputs().is_multiple_of(per_load) {
+                return Err(format!(
+                    "a projection has {} inputs, not a multiple of {per_load}",
+                    p.inputs()
+                ));
+            }
+            tensors.push(&p.weight);
+            tensors.extend(p.bias.as_ref());
+        }
+    }
+    for tensor in tensors {
+        if tensor.dtype() != dtype || !tensor.is_contiguous() {
+            return Err(format!(
+                "a weight is {:?} (contiguous: {}), the step computes in {dtype:?}",
+                tensor.dtype(),
+                tensor.is_contiguous(),
+            ));
+        }
+        let pointer = device_ptr(tensor).map_err(|err| err.to_string())?;
+        if !pointer.is_multiple_of(16) {
+            return Err("a weight does not start 16-byte aligned".into());
+        }
+    }
+    Ok(())
+}
+
+/// A launch being built: the function and its arguments.
+struct Launch<'a> {
+    function: &'a CudaFunction,
+    stream: &'a Arc<CudaStream>,
+    args: Vec<ArgValue>,
+    blocks: usize,
+}
+
+/// A kernel argument, by value (the launch borrows them all at once).
+enum ArgValue {
+    Pointer(u64),
+    Int(i32),
+    Uint(u32),
+    Float(f32),
+}
+
+/// What can be a kernel argument here.
+trait Arg {
+    fn value(&self) -> ArgValue;
+}
+
+impl Arg for u64 {
+    fn value(&self) -> ArgValue {
+        ArgValue::Pointer(*self)
+    }
+}
+
+impl Arg for i32 {
+    fn value(&self) -> ArgValue {
+        ArgValue::Int(*self)
+    }
+}
+
+impl Arg for u32 {
+    fn value(&self) -> ArgValue {
+        ArgValue::Uint(*self)
+    }
+}
+
+impl Arg for f32 {
+    fn value(&self) -> ArgValue {
+        ArgValue::Float(*self)
+    }
+}
+
+impl Launch<'_> {
+    fn arg(mut self, value: &impl Arg) -> Self {
+        self.args.push(value.value());
+        self
+    }
+
+    /// The arguments every kernel ends with: (x, norm, eps, k).
+    fn input(self, input: &Input) -> Result<Self> {
+        Ok(self
+            .arg(&device_ptr(&input.x)?)
+            .arg(&input.norm.as_ref().map_or(Ok(0), device_ptr)?)
+            .arg(&input.eps)
+            .arg(&int(input.k, "a projection's inputs")?))
+    }
+
+    fn run(self) -> Result<()> {
+        let config = LaunchConfig {
+            grid_dim: (grid(self.blocks, "a projection's blocks")?, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut builder = self.stream.launch_builder(self.function);
+        for arg in &self.args {
+            match arg {
+                ArgValue::Pointer(value) => builder.arg(value),
+                ArgValue::Int(value) => builder.arg(value),
+                ArgValue::Uint(value) => builder.arg(value),
+                ArgValue::Float(value) => builder.arg(value),
+            };
+        }
+        // SAFETY: the arguments follow the kernel's signature in
+        // kernels/decode.cu (built in that order by the callers above);
+        // every pointer is into a live tensor of the expected dtype and
+        // size (checked at construction and by the step's validation),
+        // and the grid is what the kernel's indexing expects.
+        unsafe { builder.launch(config) }.w()?;
+        Ok(())
+    }
+}
+
+fn dtype_name(dtype: DType) -> Result<&'static str> {
+    Ok(match dtype {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        other => bail!("decode kernels: no kernels for {other:?}"),
+    })
+}
+
+/// An uninitialised tensor on `device`; the kernel that receives it
+/// writes every element it later reads.
+fn empty(device: &CudaDevice, dtype: DType, shape: (usize, usize)) -> Result<Tensor> {
+    let len = shape.0 * shape.1;
+    // SAFETY: see above: every element is written by the launch that takes
+    // the tensor as its output, before any other launch reads it.
+    let storage = unsafe {
+        match dtype {
+            DType::F32 => CudaStorage::wrap_cuda_slice(device.alloc::<f32>(len)?, device.clone()),
+            DType::F16 => CudaStorage::wrap_cuda_slice(device.alloc::<f16>(len)?, device.clone()),
+            DType::BF16 => CudaStorage::wrap_cuda_slice(device.alloc::<bf16>(len)?, device.clone()),
+            other => bail!("decode kernels: no kernels for {other:?}"),
+        }
+    };
+    Ok(Tensor::from_storage(
+        Storage::Cuda(storage),
+        shape,
+        BackpropOp::none(),
+        false,
+    ))
+}
+
+/// The device address of a contiguous tensor's first element.
+fn device_ptr(tensor: &Tensor) -> Result<u64> {
+    let (storage, layout) = tensor.storage_and_layout();
+    let Storage::Cuda(storage) = &*storage else {
+        bail!("decode kernels: a tensor is not on the GPU")
+    };
+    if !layout.is_contiguous() {
+        bail!("decode kernels: a tensor is not contiguous");
+    }
+    let offset = (layout.start_offset() * storage.dtype().size_in_bytes()) as u64;
+    let stream = storage.device().cuda_stream();
+    let base = match storage.dtype() {
+        DType::F32 => storage.as_cuda_slice::<f32>()?.device_ptr(&stream).0,
+        DType::F16 => storage.as_cuda_slice::<f16>()?.device_ptr(&stream).0,
+        DType::BF16 => storage.as_cuda_slice::<bf16>()?.device_ptr(&stream).0,
+        DType::U32 => storage.as_cuda_slice::<u32>()?.device_ptr(&stream).0,
+        other => bail!("decode kernels: no kernels for {other:?}"),
+    };
+    Ok(base + offset)
+}
+
+/// The bias's address, or null.
+fn bias_ptr(projection: &Projection) -> Result<u64> {
+    projection.bias.as_ref().map_or(Ok(0), device_ptr)
+}
