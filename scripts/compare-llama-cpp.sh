@@ -33,7 +33,21 @@ threads=$(( $(echo "$CORES" | tr ',' '\n' | wc -l) ))
 mkdir -p "$OUT" "$CACHE"
 
 # --- llama-server, built once --------------------------------------------
-server_bin="$CACHE/build-$LLAMA_CPP_VERSION/bin/llama-server"
+# For this CPU's SIMD, named flag by flag rather than with GGML_NATIVE:
+# -march=native also turns on AMX where the CPU reports it, and where the
+# kernel does not enable AMX's tile state (seen on a Xeon VM here) the
+# native build dies with SIGILL on its first Q8_0 matmul.
+isa_flags=(-DGGML_NATIVE=OFF)
+for pair in avx:AVX avx2:AVX2 bmi2:BMI2 fma:FMA f16c:F16C avx_vnni:AVX_VNNI avx512f:AVX512 \
+            avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+  if grep -m1 '^flags' /proc/cpuinfo | grep -qw "${pair%%:*}"; then
+    isa_flags+=("-DGGML_${pair#*:}=ON")
+  else
+    isa_flags+=("-DGGML_${pair#*:}=OFF")
+  fi
+done
+build_dir="$CACHE/build-$LLAMA_CPP_VERSION-$(echo "${isa_flags[*]}" | md5sum | cut -c1-8)"
+server_bin="$build_dir/bin/llama-server"
 if [ ! -x "$server_bin" ]; then
   [ -d "$CACHE/venv" ] || python3 -m venv "$CACHE/venv"
   "$CACHE/venv/bin/pip" install -q cmake ninja
@@ -42,11 +56,11 @@ if [ ! -x "$server_bin" ]; then
     "llama-cpp-python==$LLAMA_CPP_VERSION" -d "$CACHE"
   src="$CACHE/llama_cpp_python-$LLAMA_CPP_VERSION/vendor/llama.cpp"
   [ -f "$src/CMakeLists.txt" ] || tar xzf "$sdist" -C "$CACHE"
-  "$CACHE/venv/bin/cmake" -S "$src" -B "$CACHE/build-$LLAMA_CPP_VERSION" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+  "$CACHE/venv/bin/cmake" -S "$src" -B "$build_dir" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
     -DCMAKE_MAKE_PROGRAM="$CACHE/venv/bin/ninja" >"$CACHE/cmake.log" 2>&1
-  "$CACHE/venv/bin/cmake" --build "$CACHE/build-$LLAMA_CPP_VERSION" --target llama-server \
+  "$CACHE/venv/bin/cmake" --build "$build_dir" --target llama-server \
     -j "$threads" >"$CACHE/build.log" 2>&1
 fi
 [ "${BUILD_ONLY:-0}" = 1 ] && { echo "built $server_bin"; exit 0; }

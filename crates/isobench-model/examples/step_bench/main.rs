@@ -130,6 +130,8 @@ fn parse_args() -> Result<Args> {
 struct Batch {
     contexts: Vec<usize>,
     blocks_per_seq: usize,
+    /// Token ids are drawn from 5..vocab (the model's vocabulary).
+    vocab: u32,
 }
 
 impl Batch {
@@ -145,7 +147,7 @@ impl Batch {
             for position in cached..cached + new {
                 batch
                     .token_ids
-                    .push(token.wrapping_add(position as u32 * 7919) % 8000 + 5);
+                    .push(token.wrapping_add(position as u32 * 7919) % (self.vocab - 5) + 5);
                 batch.positions.push(position as u32);
                 batch
                     .slot_mapping
@@ -185,6 +187,7 @@ fn measure(models: &mut [Box<dyn CausalLm>], batch_size: usize, args: &Args) -> 
     let mut batch = Batch {
         contexts: vec![0; batch_size],
         blocks_per_seq,
+        vocab: first.config().vocab_size.max(6) as u32,
     };
     let prefill_start = Instant::now();
     for seq in 0..batch_size {
