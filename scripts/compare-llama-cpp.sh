@@ -36,16 +36,21 @@ mkdir -p "$OUT" "$CACHE"
 # For this CPU's SIMD, named flag by flag rather than with GGML_NATIVE:
 # -march=native also turns on AMX where the CPU reports it, and where the
 # kernel does not enable AMX's tile state (seen on a Xeon VM here) the
-# native build dies with SIGILL on its first Q8_0 matmul.
-isa_flags=(-DGGML_NATIVE=OFF)
-for pair in avx:AVX avx2:AVX2 bmi2:BMI2 fma:FMA f16c:F16C avx_vnni:AVX_VNNI avx512f:AVX512 \
-            avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
-  if grep -m1 '^flags' /proc/cpuinfo | grep -qw "${pair%%:*}"; then
-    isa_flags+=("-DGGML_${pair#*:}=ON")
-  else
-    isa_flags+=("-DGGML_${pair#*:}=OFF")
-  fi
-done
+# native build dies with SIGILL on its first Q8_0 matmul. Other CPUs (no
+# x86 `flags` line: aarch64's NEON has no AMX to avoid) build native.
+if [ "$(uname -m)" = x86_64 ]; then
+  isa_flags=(-DGGML_NATIVE=OFF)
+  for pair in avx:AVX avx2:AVX2 bmi2:BMI2 fma:FMA f16c:F16C avx_vnni:AVX_VNNI avx512f:AVX512 \
+              avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+    if grep -m1 '^flags' /proc/cpuinfo | grep -qw "${pair%%:*}"; then
+      isa_flags+=("-DGGML_${pair#*:}=ON")
+    else
+      isa_flags+=("-DGGML_${pair#*:}=OFF")
+    fi
+  done
+else
+  isa_flags=(-DGGML_NATIVE=ON)
+fi
 build_dir="$CACHE/build-$LLAMA_CPP_VERSION-$(echo "${isa_flags[*]}" | md5sum | cut -c1-8)"
 server_bin="$build_dir/bin/llama-server"
 if [ ! -x "$server_bin" ]; then
