@@ -83,6 +83,7 @@ pub use host_copy::HostBuffer;
 pub use incremental::IncrementalDecoder;
 pub use options::{DEFAULT_GRAPH_BUCKETS, ModelOptions, StepStats};
 pub use tokenizer::Tokenizer;
+pub use weights::WeightCache;
 
 pub use candle_core::{DType, Device, Tensor};
 
@@ -142,6 +143,28 @@ pub fn load_model_with(
     device: &Device,
     options: &ModelOptions,
 ) -> Result<Box<dyn CausalLm>, ModelError> {
+    load(folder, device, options, None)
+}
+
+/// [`load_model_with`], sharing tensors with the other models of `folder`
+/// loaded with `cache`: a benchmark or a check that builds several models
+/// of one folder (graphs on and off, two kernel paths) reads or generates
+/// each tensor once per dtype and device, and holds it once.
+pub fn load_model_cached(
+    folder: &ModelFolder,
+    device: &Device,
+    options: &ModelOptions,
+    cache: &WeightCache,
+) -> Result<Box<dyn CausalLm>, ModelError> {
+    load(folder, device, options, Some(cache))
+}
+
+fn load(
+    folder: &ModelFolder,
+    device: &Device,
+    options: &ModelOptions,
+    cache: Option<&WeightCache>,
+) -> Result<Box<dyn CausalLm>, ModelError> {
     let config = folder.config();
     let dtype = options.dtype.unwrap_or(match device {
         Device::Cpu => DType::F32,
@@ -151,7 +174,8 @@ pub fn load_model_with(
         return Err(ModelError::UnsupportedDtype(dtype));
     }
     let source = folder.weight_source()?;
-    let model = llama::Llama::new(config, &Weights::new(&source, dtype, device), options)?;
+    let weights = Weights::new(&source, dtype, device, cache);
+    let model = llama::Llama::new(config, &weights, options)?;
     tracing::debug!(
         model = %folder.name(),
         parameters = config.num_parameters(),

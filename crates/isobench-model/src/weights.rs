@@ -8,10 +8,11 @@
 //! `w.pp("self_attn").pp("q_proj").get((out, hidden), "weight", Init::Normal)`
 //! with the checkpoint's own names, and a wrong or missing tensor is an
 //! error that names the file, the tensor and the shape config.json implies.
+//! A [`WeightCache`] lets several models of one folder share their tensors.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use candle_core::quantized::GgmlDType;
 use candle_core::safetensors::{Load, MmapedSafetensors};
@@ -106,23 +107,87 @@ impl SafetensorsFiles {
     }
 }
 
+/// Tensors already loaded, for more models of the same folder: load them
+/// with [`crate::load_model_cached`] and one cache, and a tensor asked for
+/// again in the same dtype on the same device is the one loaded first
+/// (candle tensors share their storage), not read or generated again.
+/// Models that share tensors never write to them. The cache holds every
+/// tensor it was given until it is dropped.
+#[derive(Default)]
+pub struct WeightCache {
+    tensors: Mutex<CachedTensors>,
+}
+
+/// Tensors by (checkpoint name, shape, dtype), one per device.
+type CachedTensors = HashMap<(String, Vec<usize>, DType), Vec<Tensor>>;
+
+impl WeightCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The tensors held (one per name, shape, dtype and device).
+    pub fn len(&self) -> usize {
+        self.lock().values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CachedTensors> {
+        // A panic elsewhere while the lock was held leaves the map whole.
+        self.tensors
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The cached tensor for `key` on `device`, else `load`'s, kept.
+    fn get_or_load(
+        &self,
+        key: (String, Vec<usize>, DType),
+        device: &Device,
+        load: impl FnOnce() -> Result<Tensor, ModelError>,
+    ) -> Result<Tensor, ModelError> {
+        let cached = self.lock().get(&key).and_then(|tensors| {
+            tensors
+                .iter()
+                .find(|tensor| tensor.device().same_device(device))
+                .cloned()
+        });
+        if let Some(tensor) = cached {
+            return Ok(tensor);
+        }
+        let tensor = load()?;
+        self.lock().entry(key).or_default().push(tensor.clone());
+        Ok(tensor)
+    }
+}
+
 /// A prefixed view of a [`WeightSource`] that loads tensors in one dtype
-/// onto one device.
+/// onto one device, through a [`WeightCache`] if given one.
 #[derive(Clone)]
 pub(crate) struct Weights<'a> {
     source: &'a WeightSource,
     prefix: String,
     dtype: DType,
     device: &'a Device,
+    cache: Option<&'a WeightCache>,
 }
 
 impl<'a> Weights<'a> {
-    pub(crate) fn new(source: &'a WeightSource, dtype: DType, device: &'a Device) -> Self {
+    pub(crate) fn new(
+        source: &'a WeightSource,
+        dtype: DType,
+        device: &'a Device,
+        cache: Option<&'a WeightCache>,
+    ) -> Self {
         Self {
             source,
             prefix: String::new(),
             dtype,
             device,
+            cache,
         }
     }
 
@@ -201,6 +266,17 @@ impl<'a> Weights<'a> {
     ) -> Result<Tensor, ModelError> {
         let shape = shape.into();
         let full_name = self.full_name(name);
+        match self.cache {
+            Some(cache) => {
+                let key = (full_name.clone(), shape.dims().to_vec(), self.dtype);
+                cache.get_or_load(key, self.device, || self.load(shape, full_name, init))
+            }
+            None => self.load(shape, full_name, init),
+        }
+    }
+
+    /// Tensor `full_name` from the source.
+    fn load(&self, shape: Shape, full_name: String, init: Init) -> Result<Tensor, ModelError> {
         match self.source {
             WeightSource::Files(files) => files.get(&full_name, &shape, self.dtype, self.device),
             WeightSource::Gguf(file) => Ok(file

@@ -1,13 +1,14 @@
 //! Loading with options on the CPU: graphs are ignored there, every step
-//! reports itself as eager with no device time, and bad options are
-//! errors that name the field.
+//! reports itself as eager with no device time, bad options are errors
+//! that name the field, and models loaded with one weight cache share
+//! their tensors.
 
 mod common;
 
 use common::repo_path;
 use isobench_model::{
-    CausalLm, Device, KvCache, ModelFolder, ModelOptions, SeqStep, StepBatch, StepStats,
-    load_model, load_model_with, parse_device,
+    CausalLm, DType, Device, KvCache, ModelFolder, ModelOptions, SeqStep, StepBatch, StepStats,
+    WeightCache, load_model, load_model_cached, load_model_with, parse_device,
 };
 
 fn decode_step(model: &mut dyn CausalLm, cache: &mut KvCache, seqs: usize) -> Vec<Vec<f32>> {
@@ -75,4 +76,40 @@ fn bad_options_name_the_field() {
         err.to_string().contains("accepted dtypes: f32, f16, bf16"),
         "{err}"
     );
+}
+
+#[test]
+fn models_loaded_with_one_cache_share_tensors_and_compute_the_same() {
+    let folder = ModelFolder::open(repo_path("models/tiny-llama")).unwrap();
+    let own = ModelOptions::default();
+    let plain = ModelOptions {
+        own_kernels: false,
+        ..ModelOptions::default()
+    };
+    let cache = WeightCache::new();
+    assert!(cache.is_empty());
+    let mut cached_own = load_model_cached(&folder, &Device::Cpu, &own, &cache).unwrap();
+    let tensors = cache.len();
+    assert!(tensors > 10, "{tensors} tensors cached");
+    // The other kernel path asks for the same tensors: nothing new.
+    let mut cached_plain = load_model_cached(&folder, &Device::Cpu, &plain, &cache).unwrap();
+    assert_eq!(cache.len(), tensors);
+    // Another dtype is another set.
+    let f16 = ModelOptions {
+        dtype: Some(DType::F16),
+        ..ModelOptions::default()
+    };
+    let halves = load_model_cached(&folder, &Device::Cpu, &f16, &cache).unwrap();
+    assert_eq!(halves.dtype(), DType::F16);
+    assert_eq!(cache.len(), 2 * tensors);
+
+    for (cached, options) in [(cached_own.as_mut(), &own), (cached_plain.as_mut(), &plain)] {
+        let mut alone = load_model_with(&folder, &Device::Cpu, options).unwrap();
+        let mut cache_a = KvCache::new(folder.config(), 8, 4, &Device::Cpu, DType::F32).unwrap();
+        let mut cache_b = KvCache::new(folder.config(), 8, 4, &Device::Cpu, DType::F32).unwrap();
+        assert_eq!(
+            decode_step(cached, &mut cache_a, 3),
+            decode_step(alone.as_mut(), &mut cache_b, 3)
+        );
+    }
 }

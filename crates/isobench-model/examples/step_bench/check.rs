@@ -24,8 +24,8 @@
 //! Prints PASS or FAIL per check; the exit code is 1 if any failed.
 
 use isobench_model::{
-    CausalLm, DType, KvCache, ModelFolder, ModelOptions, SeqStep, StepBatch, load_model_with,
-    parse_device,
+    CausalLm, DType, KvCache, ModelFolder, ModelOptions, SeqStep, StepBatch, WeightCache,
+    load_model_cached, parse_device,
 };
 
 use crate::{Args, Result};
@@ -165,9 +165,14 @@ pub(crate) fn run(args: &Args) -> Result<bool> {
         own_kernels,
         ..ModelOptions::default()
     };
-    let load =
-        |device, dtype, graphs| load_model_with(&folder, device, &options(dtype, graphs, true));
-    let load_plain = |dtype| load_model_with(&folder, &gpu, &options(dtype, false, false));
+    // Twelve models of four (dtype, device) pairs: each pair's tensors are
+    // generated once and shared.
+    let cache = WeightCache::new();
+    let load = |device, dtype, graphs| {
+        load_model_cached(&folder, device, &options(dtype, graphs, true), &cache)
+    };
+    let load_plain =
+        |dtype| load_model_cached(&folder, &gpu, &options(dtype, false, false), &cache);
     println!(
         "check: {} ({:.1} M parameters), prompts of {PROMPT_LENS:?} tokens, {DECODE_STEPS} greedy decode steps",
         folder.name(),

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use isobench_model::{
     CausalLm, DType, Device, KvCache, ModelFolder, ModelOptions, SeqStep, StepBatch, Tensor,
-    load_model_with, parse_device,
+    WeightCache, load_model_cached, parse_device,
 };
 
 const BLOCK_SIZE: usize = 16;
@@ -290,11 +290,15 @@ fn weight_bytes_read(model: &dyn CausalLm) -> f64 {
     ((cfg.num_parameters() - embedding) * model.dtype().size_in_bytes()) as f64
 }
 
+/// The model with graphs on or off; the models of one run share their
+/// tensors through `cache` (the 8B shape's seeded weights take half a
+/// minute to generate and upload).
 fn load(
     folder: &ModelFolder,
     device: &Device,
     args: &Args,
     graphs: bool,
+    cache: &WeightCache,
 ) -> Result<Box<dyn CausalLm>> {
     let options = ModelOptions {
         dtype: args.dtype,
@@ -303,7 +307,7 @@ fn load(
         ..ModelOptions::default()
     };
     let start = Instant::now();
-    let model = load_model_with(folder, device, &options)?;
+    let model = load_model_cached(folder, device, &options, cache)?;
     device.synchronize()?;
     let kernels = match (device.is_cpu(), args.plain) {
         (_, true) => "candle (plain)".to_string(),
@@ -332,10 +336,11 @@ fn bench(args: &Args) -> Result<()> {
             bandwidth / 1e12
         );
     }
+    let cache = WeightCache::new();
     let mut models = args
         .modes
         .iter()
-        .map(|&graphs| load(&folder, &device, args, graphs))
+        .map(|&graphs| load(&folder, &device, args, graphs, &cache))
         .collect::<Result<Vec<_>>>()?;
     let cfg = folder.config().clone();
     let weights = weight_bytes_read(models[0].as_ref());

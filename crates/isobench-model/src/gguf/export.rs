@@ -97,7 +97,7 @@ pub fn export_gguf(folder: &ModelFolder, out: &Path, ty: GgufType) -> Result<Exp
         ));
     }
     let source = folder.weight_source()?;
-    let w = Weights::new(&source, DType::F32, &Device::Cpu);
+    let w = Weights::new(&source, DType::F32, &Device::Cpu, None);
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
     let mut fallbacks = Vec::new();
     let mut matrix =
