@@ -173,6 +173,9 @@ fn load(
     if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         return Err(ModelError::UnsupportedDtype(dtype));
     }
+    if let Some(cache) = cache {
+        cache.serve(folder.path())?;
+    }
     let source = folder.weight_source()?;
     let weights = Weights::new(&source, dtype, device, cache);
     let model = llama::Llama::new(config, &weights, options)?;

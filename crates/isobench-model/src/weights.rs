@@ -11,7 +11,7 @@
 //! A [`WeightCache`] lets several models of one folder share their tensors.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use candle_core::quantized::GgmlDType;
@@ -112,9 +112,11 @@ impl SafetensorsFiles {
 /// again in the same dtype on the same device is the one loaded first
 /// (candle tensors share their storage), not read or generated again.
 /// Models that share tensors never write to them. The cache holds every
-/// tensor it was given until it is dropped.
+/// tensor it was given until it is dropped, and serves the first folder
+/// it loads from only: another folder is an error.
 #[derive(Default)]
 pub struct WeightCache {
+    folder: Mutex<Option<PathBuf>>,
     tensors: Mutex<CachedTensors>,
 }
 
@@ -140,6 +142,29 @@ impl WeightCache {
         self.tensors
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Binds the cache to `folder` on first use; an error for any other
+    /// (two spellings of one path are the same folder).
+    pub(crate) fn serve(&self, folder: &Path) -> Result<(), ModelError> {
+        let folder = &std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
+        let mut served = self
+            .folder
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match served.as_deref() {
+            None => {
+                *served = Some(folder.to_path_buf());
+                Ok(())
+            }
+            Some(first) if first == folder => Ok(()),
+            Some(first) => Err(ModelError::InvalidOptions(format!(
+                "a WeightCache serves one model folder: it holds tensors of {}, not of {}; load {} with a cache of its own",
+                first.display(),
+                folder.display(),
+                folder.display()
+            ))),
+        }
     }
 
     /// The cached tensor for `key` on `device`, else `load`'s, kept.

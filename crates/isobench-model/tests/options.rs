@@ -102,6 +102,17 @@ fn models_loaded_with_one_cache_share_tensors_and_compute_the_same() {
     let halves = load_model_cached(&folder, &Device::Cpu, &f16, &cache).unwrap();
     assert_eq!(halves.dtype(), DType::F16);
     assert_eq!(cache.len(), 2 * tensors);
+    // Another folder has other tensors under the same names.
+    let other = ModelFolder::open(repo_path("models/small-llama")).unwrap();
+    let err = load_model_cached(&other, &Device::Cpu, &own, &cache)
+        .err()
+        .expect("a cache serves one folder")
+        .to_string();
+    assert!(
+        err.contains("serves one model folder") && err.contains("small-llama"),
+        "{err}"
+    );
+    assert_eq!(cache.len(), 2 * tensors);
 
     for (cached, options) in [(cached_own.as_mut(), &own), (cached_plain.as_mut(), &plain)] {
         let mut alone = load_model_with(&folder, &Device::Cpu, options).unwrap();
