@@ -262,7 +262,7 @@ part_steps() {
     say "GPU: $(gpu_info)"
     local model kernels
     for model in ${STEP_MODELS:-llama-3.2-1b-shape llama-3-8b-shape}; do
-        # This crate's kernels (steps of up to 8 tokens), then candle's
+        # This crate's kernels (single-token steps), then candle's
         # plain ops on cuBLAS for every step, side by side.
         for kernels in ${STEP_KERNELS:-own plain}; do
             log "step_bench $model ($kernels)"

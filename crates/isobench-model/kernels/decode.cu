@@ -210,6 +210,23 @@ __device__ __forceinline__ int feature_of(int pair, int r, int out) {
     return min(2 * pair + r, out - 1);
 }
 
+// The rows of pair `pair` of W [out, k], read as features 2j and 2j + 1.
+template <typename T>
+__device__ __forceinline__ void consecutive_rows(
+    const T* w, int k, int out, int pair, const T*& first, const T*& partner) {
+    first = w + (size_t)feature_of(pair, 0, out) * k;
+    partner = w + (size_t)feature_of(pair, 1, out) * k;
+}
+
+// write(j, y) for the pair's features (once for an odd last one).
+template <typename F>
+__device__ __forceinline__ void each_feature(int pair, int out, float first, float partner, F write) {
+    const int j = feature_of(pair, 0, out);
+    const int j2 = feature_of(pair, 1, out);
+    write(j, first);
+    if (j2 != j) write(j2, partner);
+}
+
 // h[j] += (x W^T)[j] (+ bias[j]).
 template <typename T>
 struct Residual {
@@ -222,21 +239,16 @@ struct Residual {
     __device__ __forceinline__ int pairs() const { return (out + 1) / 2; }
 
     __device__ __forceinline__ void rows(int pair, const T*& first, const T*& partner) const {
-        first = w + (size_t)feature_of(pair, 0, out) * k;
-        partner = w + (size_t)feature_of(pair, 1, out) * k;
+        consecutive_rows(w, k, out, pair, first, partner);
     }
 
-    __device__ __forceinline__ void write(int j, float y) const {
-        if (bias) y += to_float(bias[j]);
-        // The projection rounded to T, then added, as an unfused step does.
-        h[j] = from_float<T>(to_float(h[j]) + round_to<T>(y));
-    }
-
+    // No norm: the sums are the projection.
     __device__ __forceinline__ void apply(int pair, PairSums sums) const {
-        const int j = feature_of(pair, 0, out);
-        const int j2 = feature_of(pair, 1, out);
-        write(j, sums.first);
-        if (j2 != j) write(j2, sums.partner);
+        each_feature(pair, out, sums.first, sums.partner, [&](int j, float y) {
+            if (bias) y += to_float(bias[j]);
+            // The projection rounded to T, then added, as an unfused step does.
+            h[j] = from_float<T>(to_float(h[j]) + round_to<T>(y));
+        });
     }
 };
 
@@ -283,15 +295,12 @@ struct Logits {
     __device__ __forceinline__ int pairs() const { return (vocab + 1) / 2; }
 
     __device__ __forceinline__ void rows(int pair, const T*& first, const T*& partner) const {
-        first = w + (size_t)feature_of(pair, 0, vocab) * hidden;
-        partner = w + (size_t)feature_of(pair, 1, vocab) * hidden;
+        consecutive_rows(w, hidden, vocab, pair, first, partner);
     }
 
     __device__ __forceinline__ void apply(int pair, PairSums sums) const {
-        const int j = feature_of(pair, 0, vocab);
-        const int j2 = feature_of(pair, 1, vocab);
-        out[j] = round_to<T>(sums.first * sums.scale);
-        if (j2 != j) out[j2] = round_to<T>(sums.partner * sums.scale);
+        each_feature(pair, vocab, sums.first * sums.scale, sums.partner * sums.scale,
+                     [&](int j, float y) { out[j] = round_to<T>(y); });
     }
 };
 

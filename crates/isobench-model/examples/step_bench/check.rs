@@ -165,7 +165,7 @@ pub(crate) fn run(args: &Args) -> Result<bool> {
         own_kernels,
         ..ModelOptions::default()
     };
-    // Twelve models of four (dtype, device) pairs: each pair's tensors are
+    // Eleven models of three (dtype, device) pairs: each pair's tensors are
     // generated once and shared.
     let cache = WeightCache::new();
     let load = |device, dtype, graphs| {
