@@ -71,7 +71,6 @@ struct Input {
     int k;
 };
 
-constexpr int LOADS = 8;  // 16-byte weight loads in flight per lane
 
 // The dot products of x (normed: x * g) with the warp's two rows,
 // reduced over the warp (every lane holds them), and the token's RMSNorm
@@ -81,6 +80,8 @@ struct PairSums {
     float partner;
     float scale;
 };
+
+constexpr int LOADS = 8;  // 16-byte weight loads in flight per lane
 
 template <typename T>
 __device__ __forceinline__ PairSums pair_dot(const T* first, const T* partner, const Input<T>& in) {
@@ -169,35 +170,50 @@ struct QkvRope {
         partner = w + (size_t)(feature + d / 2) * hidden;
     }
 
-    __device__ __forceinline__ void apply(int pair, PairSums sums) const {
+    // What the epilogue reads besides the sums (bias, rotation, slot),
+    // loaded before the weights stream so that its latency overlaps them.
+    struct Pre {
+        float bias_first, bias_partner, co, si;
+        uint32_t slot;
+    };
+
+    __device__ __forceinline__ Pre prepare(int pair) const {
         int section, feature;
         locate(pair, section, feature);
         const int half = d / 2;
         const T* bias = section == 0 ? bq : section == 1 ? bk : bv;
-        float a = sums.first * sums.scale;
-        float b = sums.partner * sums.scale;
+        Pre pre{0.0f, 0.0f, 1.0f, 0.0f, 0};
         if (bias) {
-            a += to_float(bias[feature]);
-            b += to_float(bias[feature + half]);
+            pre.bias_first = to_float(bias[feature]);
+            pre.bias_partner = to_float(bias[feature + half]);
         }
-        // Round to T first, as the unfused step does before its RoPE.
-        a = round_to<T>(a);
-        b = round_to<T>(b);
         if (section < 2) {
             const size_t angle = (size_t)positions[0] * half + feature % d;
-            const float co = to_float(cos[angle]);
-            const float si = to_float(sin[angle]);
-            const float ra = a * co - b * si;
-            b = b * co + a * si;
+            pre.co = to_float(cos[angle]);
+            pre.si = to_float(sin[angle]);
+        }
+        if (section > 0) pre.slot = slots[0];
+        return pre;
+    }
+
+    __device__ __forceinline__ void apply(int pair, PairSums sums, const Pre& pre) const {
+        int section, feature;
+        locate(pair, section, feature);
+        const int half = d / 2;
+        // Round to T first, as the unfused step does before its RoPE.
+        float a = round_to<T>(sums.first * sums.scale + pre.bias_first);
+        float b = round_to<T>(sums.partner * sums.scale + pre.bias_partner);
+        if (section < 2) {
+            const float ra = a * pre.co - b * pre.si;
+            b = b * pre.co + a * pre.si;
             a = ra;
         }
         T* out;
         if (section == 0) {
             out = q_out + feature;
         } else {
-            const uint32_t slot = slots[0];
-            if (slot >= num_slots) return;  // a padding row writes nowhere
-            out = (section == 1 ? k_cache : v_cache) + (size_t)slot * kv_heads * d + feature;
+            if (pre.slot >= num_slots) return;  // a padding row writes nowhere
+            out = (section == 1 ? k_cache : v_cache) + (size_t)pre.slot * kv_heads * d + feature;
         }
         out[0] = from_float<T>(a);
         out[half] = from_float<T>(b);
@@ -242,13 +258,30 @@ struct Residual {
         consecutive_rows(w, k, out, pair, first, partner);
     }
 
-    // No norm: the sums are the projection.
-    __device__ __forceinline__ void apply(int pair, PairSums sums) const {
-        each_feature(pair, out, sums.first, sums.partner, [&](int j, float y) {
-            if (bias) y += to_float(bias[j]);
-            // The projection rounded to T, then added, as an unfused step does.
-            h[j] = from_float<T>(to_float(h[j]) + round_to<T>(y));
-        });
+    // The residual (and bias) of the pair's features, loaded before the
+    // weights stream; each pair's h is read and written by its warp only.
+    struct Pre {
+        float h_first, h_partner, bias_first, bias_partner;
+    };
+
+    __device__ __forceinline__ Pre prepare(int pair) const {
+        const int j = feature_of(pair, 0, out);
+        const int j2 = feature_of(pair, 1, out);
+        Pre pre{to_float(h[j]), to_float(h[j2]), 0.0f, 0.0f};
+        if (bias) {
+            pre.bias_first = to_float(bias[j]);
+            pre.bias_partner = to_float(bias[j2]);
+        }
+        return pre;
+    }
+
+    // No norm: the sums are the projection, rounded to T, then added, as
+    // an unfused step does.
+    __device__ __forceinline__ void apply(int pair, PairSums sums, const Pre& pre) const {
+        const float first = pre.h_first + round_to<T>(sums.first + pre.bias_first);
+        const float partner = pre.h_partner + round_to<T>(sums.partner + pre.bias_partner);
+        each_feature(pair, out, first, partner,
+                     [&](int j, float y) { h[j] = from_float<T>(y); });
     }
 };
 
@@ -271,13 +304,18 @@ struct Swiglu {
         partner = w_up + (size_t)j * hidden;
     }
 
-    __device__ __forceinline__ void apply(int j, PairSums sums) const {
-        float g = sums.first * sums.scale;
-        float u = sums.partner * sums.scale;
-        if (b_gate) g += to_float(b_gate[j]);
-        if (b_up) u += to_float(b_up[j]);
-        g = round_to<T>(g);
-        u = round_to<T>(u);
+    // The biases, loaded before the weights stream.
+    struct Pre {
+        float gate, up;
+    };
+
+    __device__ __forceinline__ Pre prepare(int j) const {
+        return Pre{b_gate ? to_float(b_gate[j]) : 0.0f, b_up ? to_float(b_up[j]) : 0.0f};
+    }
+
+    __device__ __forceinline__ void apply(int j, PairSums sums, const Pre& pre) const {
+        const float g = round_to<T>(sums.first * sums.scale + pre.gate);
+        const float u = round_to<T>(sums.partner * sums.scale + pre.up);
         const float silu = round_to<T>(g / (1.0f + __expf(-g)));
         out[j] = from_float<T>(silu * u);
     }
@@ -298,13 +336,20 @@ struct Logits {
         consecutive_rows(w, hidden, vocab, pair, first, partner);
     }
 
-    __device__ __forceinline__ void apply(int pair, PairSums sums) const {
+    struct Pre {};
+
+    __device__ __forceinline__ Pre prepare(int) const { return Pre{}; }
+
+    __device__ __forceinline__ void apply(int pair, PairSums sums, const Pre&) const {
         each_feature(pair, vocab, sums.first * sums.scale, sums.partner * sums.scale,
                      [&](int j, float y) { out[j] = round_to<T>(y); });
     }
 };
 
-// One pair per warp; lane 0 applies the epilogue.
+// One pair per warp; lane 0 applies the epilogue. What the epilogue
+// reads besides the sums is loaded first (`prepare`): loaded after the
+// sums, it would add a memory latency to the end of every warp, and so
+// of the kernel (all warps finish together).
 template <typename T, typename E>
 __device__ __forceinline__ void pair_kernel(const E& e, const Input<T>& in) {
     const int pair = blockIdx.x * WARPS + threadIdx.x / 32;
@@ -312,8 +357,9 @@ __device__ __forceinline__ void pair_kernel(const E& e, const Input<T>& in) {
     const T* first;
     const T* partner;
     e.rows(pair, first, partner);
+    const typename E::Pre pre = e.prepare(pair);
     const PairSums sums = pair_dot<T>(first, partner, in);
-    if (threadIdx.x % 32 == 0) e.apply(pair, sums);
+    if (threadIdx.x % 32 == 0) e.apply(pair, sums, pre);
 }
 
 }  // namespace

@@ -14,15 +14,19 @@
 // 16-byte loads; the block walks the visible context in chunks of
 // PARTITION tokens: scores into shared memory, softmax with a running
 // max (online softmax across chunks, accumulators rescaled), then the
-// weighted sum of V. Decode steps (one new token per sequence, rows == B)
-// with a long table are split along the context into partitions of
-// partition_size (<= PARTITION) tokens, each writing a partial (max, sum,
-// unnormalised output) into a scratch buffer that
-// `paged_attention_reduce_*` combines. Block z of grid.z takes partitions
-// z, z + grid.z, ... and stops at the first past its row's context: the
-// table's width, not the context, sets the partition count (a graph's
-// shapes cannot follow the context), so a grid of one block per partition
-// would be mostly empty blocks for a short context in a wide table.
+// weighted sum of V. A chunk of at most one pass of the block's threads
+// (PASS tokens) fetches its V rows into shared memory (cp.async) with its
+// K rows, so the weighted sum does not wait for memory.
+//
+// Decode steps (one new token per sequence, rows == B) that would not
+// fill the GPU are split along the context (flash decoding): the context
+// is cut into partitions of partition_size (<= PARTITION) tokens, and
+// block z of grid.z (the split) attends partitions z, z + grid.z, ... up
+// to its row's context, as chunks of one online softmax, writing one
+// partial (max, sum, unnormalised output) into a scratch buffer that
+// `paged_attention_reduce_*` combines. The split, not the partition
+// count, sizes the grid and the scratch: a graph's shapes follow the
+// table's width (131,072 tokens for a Llama-3 shape), not the context.
 // No kernel reads host memory, allocates or synchronises: a decode step
 // can be captured in a CUDA graph.
 
@@ -35,6 +39,17 @@ constexpr int NUM_WARPS = NUM_THREADS / 32;
 // Tokens per chunk (shared-memory scores) and the largest decode
 // partition; must match PARTITION in src/paged_attention/cuda.rs.
 constexpr int PARTITION = 512;
+
+// 16 bytes from global to shared memory without passing through
+// registers (cp.async); wait_copies() waits for all of this thread's.
+__device__ __forceinline__ void copy_async(void* shared, const void* global) {
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global));
+}
+
+__device__ __forceinline__ void wait_copies() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
 
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
@@ -55,35 +70,37 @@ struct Params {
     int block_size;
     int num_heads;
     int num_kv_heads;
-    int num_partitions;
     int partition_size;
     float scale;
 };
 
-// Attends one row's partition (the whole visible context with one
-// partition); false when the partition starts past the visible context,
-// and so do all later ones.
+// Attends the block's part of one row's context: all of it unsplit
+// (grid.z == 1), else partitions blockIdx.z, blockIdx.z + grid.z, ...
 template <typename T, int D, int G, int UNROLL>
-__device__ __forceinline__ bool attend(
+__device__ __forceinline__ void attend(
     T* __restrict__ out,
     float* __restrict__ partials,
     const T* __restrict__ q,
     const T* __restrict__ k_cache,
     const T* __restrict__ v_cache,
-    const Params& p,
-    const int partition) {
+    const Params& p) {
     constexpr int VEC = 16 / sizeof(T);          // elements per 16-byte load
     constexpr int NVEC = D / VEC;                // 16-byte loads per K/V row
     constexpr int LPT = NVEC < 32 ? NVEC : 32;   // lanes per token
     constexpr int VPL = NVEC / LPT;              // loads per lane and row
     constexpr int EPL = VPL * VEC;               // elements per lane
     constexpr int TPI = NUM_THREADS / LPT;       // tokens per block iteration
+    constexpr int PASS = TPI * UNROLL;           // tokens of one pass over the rows
     static_assert(D % VEC == 0 && (NVEC & (NVEC - 1)) == 0, "head dim");
     constexpr int LOGIT_FLOATS = G * PARTITION;
     constexpr int REDUCE_FLOATS = NUM_WARPS * G * D;
     constexpr int SMEM_FLOATS = LOGIT_FLOATS > REDUCE_FLOATS ? LOGIT_FLOATS : REDUCE_FLOATS;
     __shared__ float smem[SMEM_FLOATS];
     __shared__ float warp_values[NUM_WARPS][G];
+    // A chunk of at most PASS tokens (a short decode partition) has its V
+    // rows copied here while the scores are computed: each thread's own
+    // rows, [UNROLL][NUM_THREADS][VPL].
+    __shared__ uint4 v_rows[UNROLL * NUM_THREADS * VPL];
 
     const int row = blockIdx.x;
     const int group = p.num_heads / p.num_kv_heads;
@@ -105,12 +122,10 @@ __device__ __forceinline__ bool attend(
     const int new_tokens = (int)(p.query_starts[seq + 1] - p.query_starts[seq]);
     const int visible =
         (int)p.context_lens[seq] - new_tokens + (row - (int)p.query_starts[seq]) + 1;
-    int start = 0, end = visible;
-    if (p.num_partitions > 1) {
-        start = partition * p.partition_size;
-        end = min(start + p.partition_size, visible);
-        if (start >= end) return false;  // the reduce reads only partitions in range
-    }
+    const int splits = gridDim.z;
+    const int chunk_size = splits > 1 ? p.partition_size : PARTITION;
+    const int first = blockIdx.z * chunk_size;
+    if (first >= visible) return;  // the reduce reads only splits with work
     const uint32_t* table = p.block_tables + (size_t)seq * p.table_width;
 
     const int lane = threadIdx.x % LPT;
@@ -146,30 +161,45 @@ __device__ __forceinline__ bool attend(
     }
 
     const size_t row_stride = (size_t)p.num_kv_heads * D;  // one slot
-    for (int chunk = start; chunk < end; chunk += PARTITION) {
-        const int len = min(PARTITION, end - chunk);
+    // The K or V row of context position pos.
+    const auto row_of = [&](const T* cache, int pos) {
+        const size_t slot = (size_t)table[pos / p.block_size] * p.block_size + pos % p.block_size;
+        return cache + slot * row_stride + (size_t)kv_head * D;
+    };
+    for (int chunk = first; chunk < visible; chunk += splits * chunk_size) {
+        const int len = min(chunk_size, visible - chunk);
+        // One pass over the chunk's rows: V rows fetched with K rows.
+        const bool one_pass = len <= PASS;
 
         // Scores: q . k for every token of the chunk and head of the group.
         float chunk_max[G];
 #pragma unroll
         for (int g = 0; g < G; ++g) chunk_max[g] = -INFINITY;
-        for (int base = 0; base < len; base += TPI * UNROLL) {
+        for (int base = 0; base < len; base += PASS) {
             uint4 raw[UNROLL][VPL];
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 const int t = base + u * TPI + token_group;
                 if (t < len) {
-                    const int pos = chunk + t;
-                    const size_t slot =
-                        (size_t)table[pos / p.block_size] * p.block_size + pos % p.block_size;
-                    const T* k = k_cache + slot * row_stride + (size_t)kv_head * D;
+                    const uint4* k = reinterpret_cast<const uint4*>(row_of(k_cache, chunk + t));
 #pragma unroll
-                    for (int v = 0; v < VPL; ++v) {
-                        raw[u][v] = __ldg(reinterpret_cast<const uint4*>(k) + lane + v * LPT);
-                    }
+                    for (int v = 0; v < VPL; ++v) raw[u][v] = __ldg(k + lane + v * LPT);
                 } else {
 #pragma unroll
                     for (int v = 0; v < VPL; ++v) raw[u][v] = make_uint4(0, 0, 0, 0);
+                }
+            }
+            if (one_pass) {
+#pragma unroll
+                for (int u = 0; u < UNROLL; ++u) {
+                    const int t = u * TPI + token_group;
+                    if (t >= len) break;
+                    const uint4* v_row = reinterpret_cast<const uint4*>(row_of(v_cache, chunk + t));
+#pragma unroll
+                    for (int v = 0; v < VPL; ++v) {
+                        copy_async(&v_rows[(u * NUM_THREADS + threadIdx.x) * VPL + v],
+                                   v_row + lane + v * LPT);
+                    }
                 }
             }
 #pragma unroll
@@ -221,20 +251,21 @@ __device__ __forceinline__ bool attend(
         __syncthreads();
 
         // Weighted sum of the values.
-        for (int base = 0; base < len; base += TPI * UNROLL) {
+        if (one_pass) wait_copies();  // each thread reads back only its own rows
+        for (int base = 0; base < len; base += PASS) {
             uint4 raw[UNROLL][VPL];
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 const int t = base + u * TPI + token_group;
-                if (t < len) {
-                    const int pos = chunk + t;
-                    const size_t slot =
-                        (size_t)table[pos / p.block_size] * p.block_size + pos % p.block_size;
-                    const T* v_row = v_cache + slot * row_stride + (size_t)kv_head * D;
+                if (t < len && one_pass) {
 #pragma unroll
                     for (int v = 0; v < VPL; ++v) {
-                        raw[u][v] = __ldg(reinterpret_cast<const uint4*>(v_row) + lane + v * LPT);
+                        raw[u][v] = v_rows[(u * NUM_THREADS + threadIdx.x) * VPL + v];
                     }
+                } else if (t < len) {
+                    const uint4* v_row = reinterpret_cast<const uint4*>(row_of(v_cache, chunk + t));
+#pragma unroll
+                    for (int v = 0; v < VPL; ++v) raw[u][v] = __ldg(v_row + lane + v * LPT);
                 }
             }
 #pragma unroll
@@ -294,11 +325,11 @@ __device__ __forceinline__ bool attend(
             sum += warp_values[w][g];
         }
         const size_t head_row = (size_t)row * p.num_heads + first_head + g;
-        if (p.num_partitions > 1) {
-            // partials: [rows, heads, partitions] x (max, sum), then
-            // [rows, heads, partitions, D] unnormalised outputs.
-            const size_t index = head_row * p.num_partitions + partition;
-            const size_t stats = (size_t)p.rows * p.num_heads * p.num_partitions;
+        if (splits > 1) {
+            // partials: [rows, heads, splits] x (max, sum), then
+            // [rows, heads, splits, D] unnormalised outputs.
+            const size_t index = head_row * splits + blockIdx.z;
+            const size_t stats = (size_t)p.rows * p.num_heads * splits;
             if (d == 0) {
                 partials[2 * index] = running_max[g];
                 partials[2 * index + 1] = sum;
@@ -308,11 +339,11 @@ __device__ __forceinline__ bool attend(
             out[head_row * D + d] = from_float<T>(total / sum);
         }
     }
-    return true;
 }
 
-// Combines a decode step's partitions: grid (num_heads, rows), one block
-// per head and row; dynamic shared memory of num_partitions floats.
+// Combines a decode step's splits: grid (num_heads, rows), one block per
+// head and row; dynamic shared memory of `splits` floats. Split z has
+// work when partition z starts within the row's context.
 template <typename T>
 __device__ __forceinline__ void reduce(
     T* __restrict__ out,
@@ -321,17 +352,17 @@ __device__ __forceinline__ void reduce(
     int rows,
     int num_heads,
     int head_dim,
-    int num_partitions,
+    int splits,
     int partition_size) {
     extern __shared__ float weights[];
     const int head = blockIdx.x;
     const int row = blockIdx.y;
     const int used =
-        min(((int)context_lens[row] + partition_size - 1) / partition_size, num_partitions);
+        min(((int)context_lens[row] + partition_size - 1) / partition_size, splits);
     const size_t head_row = (size_t)row * num_heads + head;
-    const float* stats = partials + 2 * head_row * num_partitions;
-    const float* outputs = partials + 2 * (size_t)rows * num_heads * num_partitions +
-                           head_row * num_partitions * head_dim;
+    const float* stats = partials + 2 * head_row * splits;
+    const float* outputs = partials + 2 * (size_t)rows * num_heads * splits +
+                           head_row * splits * head_dim;
     float max = -INFINITY;
     for (int i = 0; i < used; ++i) max = fmaxf(max, stats[2 * i]);
     for (int i = threadIdx.x; i < used; i += blockDim.x) {
@@ -355,18 +386,11 @@ __device__ __forceinline__ void reduce(
         T* out, float* partials, const T* q, const T* k_cache, const T* v_cache,               \
         const uint32_t* block_tables, const uint32_t* context_lens,                            \
         const uint32_t* query_starts, int num_seqs, int rows, int table_width,                 \
-        int block_size, int num_heads, int num_kv_heads, int num_partitions,                   \
-        int partition_size, float scale) {                                                     \
+        int block_size, int num_heads, int num_kv_heads, int partition_size, float scale) {    \
         const Params p{block_tables, context_lens, query_starts, num_seqs,                     \
                        rows,         table_width,  block_size,   num_heads,                    \
-                       num_kv_heads, num_partitions, partition_size, scale};                   \
-        for (int partition = blockIdx.z; partition < num_partitions;                           \
-             partition += gridDim.z) {                                                         \
-            if (partition != (int)blockIdx.z) __syncthreads(); /* shared memory reused */      \
-            if (!attend<T, D, G, UNROLL>(out, partials, q, k_cache, v_cache, p, partition)) {  \
-                break;                                                                         \
-            }                                                                                  \
-        }                                                                                      \
+                       num_kv_heads, partition_size, scale};                                   \
+        attend<T, D, G, UNROLL>(out, partials, q, k_cache, v_cache, p);                        \
     }
 
 // Loads in flight per thread (UNROLL x 16 bytes for K, then for V): four,
@@ -374,7 +398,7 @@ __device__ __forceinline__ void reduce(
 // (bf16, d128: 72 to 204 registers, no spills). Eight measured slower on
 // an H200 (fewer resident blocks): 201 against 160 us at batch 64. The
 // last argument keeps four blocks resident per SM (at most 128 registers
-// a thread; two for the widest groups): without it the partition loop
+// a thread; two for the widest groups): without it a loop over partitions
 // took the g4 kernel from 128 to 138 registers and three blocks, and
 // decode attention at batch 8 to 128 from 28-310 to 41-407 us.
 #define ATTENTION_GROUPS(DT, T, D)                                     \
@@ -391,8 +415,8 @@ __device__ __forceinline__ void reduce(
     ATTENTION_GROUPS(DT, T, 256)                                                             \
     extern "C" __global__ void paged_attention_reduce_##DT(                                  \
         T* out, const float* partials, const uint32_t* context_lens, int rows, int num_heads, \
-        int head_dim, int num_partitions, int partition_size) {                              \
-        reduce<T>(out, partials, context_lens, rows, num_heads, head_dim, num_partitions,    \
+        int head_dim, int splits, int partition_size) {                                      \
+        reduce<T>(out, partials, context_lens, rows, num_heads, head_dim, splits,            \
                   partition_size);                                                           \
     }
 
