@@ -71,6 +71,7 @@ struct Input {
     int k;
 };
 
+constexpr int LOADS = 8;  // 16-byte weight loads in flight per lane
 
 // The dot products of x (normed: x * g) with the warp's two rows,
 // reduced over the warp (every lane holds them), and the token's RMSNorm
@@ -80,8 +81,6 @@ struct PairSums {
     float partner;
     float scale;
 };
-
-constexpr int LOADS = 8;  // 16-byte weight loads in flight per lane
 
 template <typename T>
 __device__ __forceinline__ PairSums pair_dot(const T* first, const T* partner, const Input<T>& in) {
