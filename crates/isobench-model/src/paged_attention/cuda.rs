@@ -10,7 +10,7 @@
 //! decode step can be captured in a CUDA graph. A decode step (one new
 //! token per sequence: as many query rows as sequences) whose batch alone
 //! would not fill the GPU is split along the context (flash decoding):
-//! the context is cut into partitions of [`PARTITION`] tokens, or fewer
+//! the context is cut into partitions of 512 tokens (`PARTITION`), or fewer
 //! the smaller the batch, and each of a row's `splits` thread blocks
 //! takes every `splits`-th partition up to the row's context, so a wide
 //! table costs no empty work; a reduce kernel combines the splits. Every
@@ -31,32 +31,11 @@ use candle_core::{CudaStorage, DType, Layout, Result, Shape, Storage, bail};
 use half::{bf16, f16};
 
 use super::Metadata;
+use super::launch::{Shapes, THREADS};
 
 /// Name under which the PTX module is cached on the device.
 const MODULE: &str = "isobench_paged_attention";
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/paged_attention.ptx"));
-/// Tokens per shared-memory chunk and the largest decode partition; must
-/// match `PARTITION` in kernels/paged_attention.cu.
-const PARTITION: usize = 512;
-/// Thread blocks (sequences x KV-head blocks) below which decode
-/// partitions shrink to 256, then 128 tokens, then to what the kernel
-/// reads in one pass (64 at most): an H200 has 132 SMs, each running
-/// about four of these blocks. One sequence of a Llama shape (8 KV heads)
-/// gets one-pass partitions (32 tokens at head_dim 128 in bf16, 64 at 64),
-/// their V rows fetched with their K rows: measured on the H200, 8B batch
-/// 1 step 4.87 ms with 64-token partitions against 4.76 with 32, 1B 1.056
-/// with 64 against 1.067 with 32.
-const FULL_GRID: usize = 512;
-/// Thread blocks a split decode launch aims for: its grid has at most
-/// this many (but at least one per row and head block), and each block
-/// loops over every `splits`-th partition of its row up to the row's
-/// context.
-const SPLIT_GRID: usize = 1024;
-/// Threads per block of every kernel here.
-const THREADS: u32 = 128;
-/// Head dims with a compiled attention kernel.
-const HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
-
 /// Cache element types, named as in the kernels' names.
 trait Elem: CudaDType + DeviceRepr {
     const NAME: &'static str;
@@ -198,122 +177,6 @@ pub(super) fn attend(
     }
 }
 
-/// The sizes a launch depends on, all from layouts.
-struct Shapes {
-    rows: usize,
-    seqs: usize,
-    table_width: usize,
-    block_size: usize,
-    num_heads: usize,
-    num_kv_heads: usize,
-    head_dim: usize,
-}
-
-impl Shapes {
-    fn new(
-        num_heads: usize,
-        q_layout: &Layout,
-        keys_layout: &Layout,
-        values_layout: &Layout,
-        (tables, lens, starts): (&Layout, &Layout, &Layout),
-    ) -> Result<Self> {
-        let [_, block_size, num_kv_heads, head_dim] = *keys_layout.dims() else {
-            bail!(
-                "paged attention: cache must be 4-dimensional, not {:?}",
-                keys_layout.dims()
-            )
-        };
-        if values_layout.dims() != keys_layout.dims() {
-            bail!(
-                "paged attention: key cache {:?} and value cache {:?} differ",
-                keys_layout.dims(),
-                values_layout.dims()
-            );
-        }
-        if num_kv_heads == 0 || num_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
-            bail!("paged attention: {num_heads} heads do not group over {num_kv_heads} KV heads");
-        }
-        if !HEAD_DIMS.contains(&head_dim) {
-            bail!(
-                "paged attention on CUDA: head_dim {head_dim} has no kernel (supported: {HEAD_DIMS:?})"
-            );
-        }
-        let q_elems = q_layout.shape().elem_count();
-        let rows = q_elems / (num_heads * head_dim);
-        let [seqs, table_width] = *tables.dims() else {
-            bail!(
-                "paged attention: block_tables must be [sequences, width], not {:?}",
-                tables.dims()
-            )
-        };
-        if rows * num_heads * head_dim != q_elems
-            || lens.dims() != [seqs]
-            || starts.dims() != [seqs + 1]
-            || seqs == 0
-            || rows < seqs
-        {
-            bail!(
-                "paged attention: queries {:?}, block_tables {:?}, context_lens {:?} and query_starts {:?} do not describe one step of {num_heads} heads of {head_dim}",
-                q_layout.dims(),
-                tables.dims(),
-                lens.dims(),
-                starts.dims()
-            );
-        }
-        Ok(Self {
-            rows,
-            seqs,
-            table_width,
-            block_size,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-        })
-    }
-
-    /// Query heads per block: the group size rounded up to a compiled one.
-    fn heads_per_block(&self) -> usize {
-        match self.num_heads / self.num_kv_heads {
-            1 => 1,
-            2 => 2,
-            3 | 4 => 4,
-            _ => 8,
-        }
-    }
-
-    /// Tokens the attention kernel reads in one pass of its threads: each
-    /// K/V row takes up to 32 lanes of 16-byte loads, and each thread has
-    /// `UNROLL` rows in flight (kernels/paged_attention.cu).
-    fn one_pass(&self, elem_size: usize) -> usize {
-        let lanes_per_token = (self.head_dim * elem_size / 16).clamp(1, 32);
-        let unroll = if self.heads_per_block() == 8 { 2 } else { 4 };
-        THREADS as usize / lanes_per_token * unroll
-    }
-
-    /// Thread blocks per row and head block (1: no split) and the
-    /// partition size in tokens: a split only for a decode step. Both
-    /// follow from shapes alone, so every replay of a graph makes the same
-    /// choice.
-    fn split(&self, head_blocks: usize, elem_size: usize) -> (usize, usize) {
-        if self.rows != self.seqs {
-            return (1, PARTITION);
-        }
-        let blocks = self.seqs * head_blocks;
-        let size = if blocks >= FULL_GRID {
-            PARTITION
-        } else if blocks >= FULL_GRID / 4 {
-            PARTITION / 2
-        } else if blocks >= FULL_GRID / 16 {
-            PARTITION / 4
-        } else {
-            self.one_pass(elem_size).min(PARTITION / 8)
-        };
-        let partitions = (self.table_width * self.block_size).div_ceil(size);
-        let splits = partitions.min(SPLIT_GRID.div_ceil(blocks)).max(1);
-        (splits, size)
-    }
-}
-
 fn attend_typed<T: Elem>(
     metadata: &Metadata,
     num_heads: usize,
@@ -366,8 +229,8 @@ fn attend_typed<T: Elem>(
         ..
     } = shapes;
     let heads_per_block = shapes.heads_per_block();
-    let head_blocks = num_kv_heads * (num_heads / num_kv_heads).div_ceil(heads_per_block);
-    let (splits, partition_size) = shapes.split(head_blocks, elem);
+    let head_blocks = shapes.head_blocks();
+    let (splits, partition_size) = shapes.split(elem);
     // SAFETY: every element is written by the kernels below before it is read.
     let out = unsafe { device.alloc::<T>(rows * num_heads * head_dim)? };
     let partials = if splits > 1 {

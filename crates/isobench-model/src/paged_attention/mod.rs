@@ -25,6 +25,8 @@ use crate::step::StepTensors;
 pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
+#[cfg(any(feature = "cuda", test))]
+mod launch;
 
 /// A `slot_mapping` entry that [`write_kv`] skips: the rows that pad a
 /// decode batch up to its CUDA-graph bucket. Such rows get a context of 1,
