@@ -25,11 +25,12 @@
 // which the epilogue combines (RoPE rotates feature i with i + D/2;
 // SwiGLU multiplies silu(gate j) with up j) or writes as they are
 // (features 2j and 2j + 1). Its lanes walk the two weight rows with
-// 16-byte loads, LOADS in flight per lane (bypassing L1, which keeps the
-// activations that every warp of a block reads), and reduce across the
-// warp. RMSNorm needs sum(x^2) over the whole input row, which every warp
-// reads anyway: it accumulates it alongside, so the norm costs no kernel
-// and no pass of its own: y = (W (x * g)) * rsqrt(mean(x^2) + eps).
+// 16-byte loads, LOADS in flight per lane, each warp from its own
+// starting offset (bypassing L1, which keeps the activations that every
+// warp of a block reads), and reduce across the warp. RMSNorm needs
+// sum(x^2) over the whole input row, which every warp reads anyway: it
+// accumulates it alongside, so the norm costs no kernel and no pass of
+// its own: y = (W (x * g)) * rsqrt(mean(x^2) + eps).
 // Accumulation is f32; outputs are rounded where an unfused step rounds
 // them. Launch shapes are fixed, and nothing reads host memory, allocates
 // or synchronises: a decode step can be captured in a CUDA graph.
@@ -46,6 +47,11 @@ namespace {
 
 constexpr int WARPS = 8;   // warps per block
 constexpr int THREADS = WARPS * 32;
+// Blocks resident per SM (at most 64 registers a thread): 32 warps' loads
+// in flight per SM. At three (the 72-78 registers the kernels take
+// unbounded) the 8B batch-1 step took 4.76 ms instead of 4.43 on an H200,
+// and the spread walk of pair_dot gained nothing (docs/performance.md).
+constexpr int MIN_BLOCKS = 4;
 
 // x rounded to T and back, as an unfused step stores it.
 template <typename T> __device__ __forceinline__ float round_to(float x) {
@@ -61,8 +67,9 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
     return v;
 }
 
-// What a projection reads: the token's activations x [k] and an
-// optional RMSNorm weight.
+// What a projection reads: the token's activations x [k] and the RMSNorm
+// weight, for the epilogues that norm their input (E::NORM; the others
+// take a null `norm`).
 template <typename T>
 struct Input {
     const T* x;
@@ -82,14 +89,26 @@ struct PairSums {
     float scale;
 };
 
-template <typename T>
-__device__ __forceinline__ PairSums pair_dot(const T* first, const T* partner, const Input<T>& in) {
+// The warp's sums for pair `pair`. It walks the rows in batches of 32 * U
+// loads, starting at batch `pair * 5 + 3` (mod the batch count) and
+// wrapping around. Started at their rows' first bytes, the warps of a
+// kernel that fits in one wave (q/k/v, o_proj, down_proj) all read the
+// same offsets of rows 8 KB or more apart at once, and an H200 served
+// them at 2.7-3.4 TB/s; spread, at 2.9-3.8 (docs/performance.md, "Fourth
+// session").
+template <typename T, bool NORM>
+__device__ __forceinline__ PairSums pair_dot(
+    const T* first, const T* partner, const Input<T>& in, int pair) {
     constexpr int V = 16 / sizeof(T);  // elements per load
     constexpr int U = LOADS / 2;       // loads in flight per row
     const int lane = threadIdx.x % 32;
     const int vecs = in.k / V;
+    const int batches = (vecs + 32 * U - 1) / (32 * U);
+    const int start = (pair * 5 + 3) % batches;
     float a = 0.0f, b = 0.0f, ss = 0.0f;
-    for (int base = 0; base < vecs; base += 32 * U) {
+    for (int walked = 0; walked < batches; ++walked) {
+        const int batch = walked + start < batches ? walked + start : walked + start - batches;
+        const int base = batch * 32 * U;
         uint4 raw[2][U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -105,10 +124,10 @@ __device__ __forceinline__ PairSums pair_dot(const T* first, const T* partner, c
             unpack<T>(raw[0][u], w0);
             unpack<T>(raw[1][u], w1);
             unpack<T>(__ldg(reinterpret_cast<const uint4*>(in.x) + i), xf);
-            if (in.norm) unpack<T>(__ldg(reinterpret_cast<const uint4*>(in.norm) + i), gain);
+            if (NORM) unpack<T>(__ldg(reinterpret_cast<const uint4*>(in.norm) + i), gain);
 #pragma unroll
             for (int e = 0; e < V; ++e) {
-                if (in.norm) {
+                if (NORM) {
                     ss = fmaf(xf[e], xf[e], ss);
                     xf[e] *= gain[e];
                 }
@@ -117,19 +136,21 @@ __device__ __forceinline__ PairSums pair_dot(const T* first, const T* partner, c
             }
         }
     }
-    const float scale = in.norm ? rsqrtf(warp_sum(ss) / (float)in.k + in.eps) : 1.0f;
+    const float scale = NORM ? rsqrtf(warp_sum(ss) / (float)in.k + in.eps) : 1.0f;
     return PairSums{warp_sum(a), warp_sum(b), scale};
 }
 
 // ---------------------------------------------------------------------
 // The epilogues: what a warp's pair becomes, given its index, the two
-// sums and the norm factor.
+// sums and the norm factor. NORM says whether the input is normed: known
+// at compile time, so that the residual kernels hold no norm state.
 
 // q, k and v with RoPE: pairs (i, i + D/2) of one head of q, k or v
 // (pairs run through the q heads, then k, then v). q to q_out, k and v to
 // the token's cache slot (none for a slot past the cache: a padding row).
 template <typename T>
 struct QkvRope {
+    static constexpr bool NORM = true;
     T* q_out;
     T* k_cache;
     T* v_cache;
@@ -245,6 +266,7 @@ __device__ __forceinline__ void each_feature(int pair, int out, float first, flo
 // h[j] += (x W^T)[j] (+ bias[j]).
 template <typename T>
 struct Residual {
+    static constexpr bool NORM = false;
     T* h;
     const T* w;
     const T* bias;
@@ -288,6 +310,7 @@ struct Residual {
 // (gate row j, up row j).
 template <typename T>
 struct Swiglu {
+    static constexpr bool NORM = true;
     T* out;
     const T* w_gate;
     const T* w_up;
@@ -324,6 +347,7 @@ struct Swiglu {
 // unfused step's logits are before they become f32.
 template <typename T>
 struct Logits {
+    static constexpr bool NORM = true;
     float* out;
     const T* w;
     int hidden;
@@ -357,7 +381,7 @@ __device__ __forceinline__ void pair_kernel(const E& e, const Input<T>& in) {
     const T* partner;
     e.rows(pair, first, partner);
     const typename E::Pre pre = e.prepare(pair);
-    const PairSums sums = pair_dot<T>(first, partner, in);
+    const PairSums sums = pair_dot<T, E::NORM>(first, partner, in, pair);
     if (threadIdx.x % 32 == 0) e.apply(pair, sums, pre);
 }
 
@@ -365,11 +389,12 @@ __device__ __forceinline__ void pair_kernel(const E& e, const Input<T>& in) {
 
 // The kernels, per dtype. Every one takes the inputs of its epilogue,
 // then (x, norm, eps, k).
+#define PROJECTION_KERNEL extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #define INPUT_PARAMS(T) const T *x, const T *norm, float eps, int k
 #define INPUT_ARGS {x, norm, eps, k}
 
 #define DECODE_KERNELS(DT, T)                                                                  \
-    extern "C" __global__ void __launch_bounds__(THREADS) qkv_rope_##DT(                       \
+    PROJECTION_KERNEL qkv_rope_##DT(                                                           \
         T *q_out, T *k_cache, T *v_cache, const T *wq, const T *wk, const T *wv, const T *bq,  \
         const T *bk, const T *bv, const T *cos, const T *sin, const uint32_t *positions,        \
         const uint32_t *slots, uint32_t num_slots, int hidden, int heads, int kv_heads, int d, \
@@ -379,18 +404,18 @@ __device__ __forceinline__ void pair_kernel(const E& e, const Input<T>& in) {
                            slots, num_slots, hidden,    heads, kv_heads, d};                   \
         pair_kernel<T>(e, Input<T> INPUT_ARGS);                                                \
     }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS) residual_##DT(                       \
+    PROJECTION_KERNEL residual_##DT(                                                           \
         T *h, const T *w, const T *bias, int out, INPUT_PARAMS(T)) {                           \
         const Residual<T> e{h, w, bias, k, out};                                               \
         pair_kernel<T>(e, Input<T> INPUT_ARGS);                                                \
     }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS) swiglu_##DT(                         \
+    PROJECTION_KERNEL swiglu_##DT(                                                             \
         T *out, const T *w_gate, const T *w_up, const T *b_gate, const T *b_up,                 \
         int intermediate, INPUT_PARAMS(T)) {                                                   \
         const Swiglu<T> e{out, w_gate, w_up, b_gate, b_up, k, intermediate};                    \
         pair_kernel<T>(e, Input<T> INPUT_ARGS);                                                \
     }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS) logits_##DT(                         \
+    PROJECTION_KERNEL logits_##DT(                                                             \
         float *out, const T *w, int vocab, INPUT_PARAMS(T)) {                                  \
         const Logits<T> e{out, w, k, vocab};                                                   \
         pair_kernel<T>(e, Input<T> INPUT_ARGS);                                                \
