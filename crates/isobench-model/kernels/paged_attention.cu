@@ -341,9 +341,41 @@ __device__ __forceinline__ void attend(
     }
 }
 
-// Combines a decode step's splits: grid (num_heads, rows), one block per
-// head and row; dynamic shared memory of `splits` floats. Split z has
-// work when partition z starts within the row's context.
+// The block's max and sum of one value per thread (every thread gets
+// them). `scratch` holds a value per warp.
+__device__ __forceinline__ float block_max(float x, float* scratch) {
+    x = warp_max(x);
+    __syncthreads();  // scratch may still be read from a previous call
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+    __syncthreads();
+    x = scratch[0];
+#pragma unroll
+    for (int w = 1; w < NUM_WARPS; ++w) x = fmaxf(x, scratch[w]);
+    return x;
+}
+
+__device__ __forceinline__ float block_sum(float x, float* scratch) {
+    x = warp_sum(x);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+    __syncthreads();
+    x = 0.0f;
+#pragma unroll
+    for (int w = 0; w < NUM_WARPS; ++w) x += scratch[w];
+    return x;
+}
+
+// The largest head_dim with a kernel (HEAD_DIMS in
+// src/paged_attention/launch.rs): sizes the reduce's sums per feature.
+constexpr int MAX_HEAD_DIM = 256;
+
+// Combines a decode step's splits: grid (num_heads, rows), one block of
+// NUM_THREADS per head and row; dynamic shared memory of `splits` floats.
+// Split z has work when partition z starts within the row's context.
+// Every read is spread over the threads, several in flight in each: a
+// loop over the splits in one thread waits an L2 round trip per split,
+// which on an H200 took the 1B shape's batch-1 step at 4,096 tokens (129
+// splits) from 1.019 to 1.073 ms (docs/performance.md).
 template <typename T>
 __device__ __forceinline__ void reduce(
     T* __restrict__ out,
@@ -355,6 +387,9 @@ __device__ __forceinline__ void reduce(
     int splits,
     int partition_size) {
     extern __shared__ float weights[];
+    __shared__ float scratch[NUM_WARPS];
+    // Output sums of each (split group, feature): groups = threads per feature.
+    __shared__ float totals[NUM_THREADS > MAX_HEAD_DIM ? NUM_THREADS : MAX_HEAD_DIM];
     const int head = blockIdx.x;
     const int row = blockIdx.y;
     const int used =
@@ -364,17 +399,29 @@ __device__ __forceinline__ void reduce(
     const float* outputs = partials + 2 * (size_t)rows * num_heads * splits +
                            head_row * splits * head_dim;
     float max = -INFINITY;
-    for (int i = 0; i < used; ++i) max = fmaxf(max, stats[2 * i]);
-    for (int i = threadIdx.x; i < used; i += blockDim.x) {
-        weights[i] = expf(stats[2 * i] - max);
+    for (int i = threadIdx.x; i < used; i += NUM_THREADS) max = fmaxf(max, stats[2 * i]);
+    max = block_max(max, scratch);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < used; i += NUM_THREADS) {
+        const float weight = expf(stats[2 * i] - max);
+        weights[i] = weight;
+        sum = fmaf(weight, stats[2 * i + 1], sum);
+    }
+    const float inverse = 1.0f / block_sum(sum, scratch);  // its barriers publish the weights
+    const int groups = head_dim < NUM_THREADS ? NUM_THREADS / head_dim : 1;
+    for (int slot = threadIdx.x; slot < groups * head_dim; slot += NUM_THREADS) {
+        const int d = slot % head_dim;
+        float total = 0.0f;
+#pragma unroll 8
+        for (int i = slot / head_dim; i < used; i += groups) {
+            total = fmaf(weights[i], outputs[(size_t)i * head_dim + d], total);
+        }
+        totals[slot] = total;
     }
     __syncthreads();
-    float sum = 0.0f;
-    for (int i = 0; i < used; ++i) sum += weights[i] * stats[2 * i + 1];
-    const float inverse = 1.0f / sum;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    for (int d = threadIdx.x; d < head_dim; d += NUM_THREADS) {
         float total = 0.0f;
-        for (int i = 0; i < used; ++i) total = fmaf(weights[i], outputs[i * head_dim + d], total);
+        for (int g = 0; g < groups; ++g) total += totals[g * head_dim + d];
         out[head_row * head_dim + d] = from_float<T>(total * inverse);
     }
 }
