@@ -94,7 +94,7 @@ struct PairSums {
 // wrapping around. Started at their rows' first bytes, the warps of a
 // kernel that fits in one wave (q/k/v, o_proj, down_proj) all read the
 // same offsets of rows 8 KB or more apart at once, and an H200 served
-// them at 2.7-3.4 TB/s; spread, at 2.9-3.8 (docs/performance.md, "Fourth
+// them at 2.7-3.3 TB/s; spread, at 2.9-3.8 (docs/performance.md, "Fourth
 // session").
 template <typename T, bool NORM>
 __device__ __forceinline__ PairSums pair_dot(
