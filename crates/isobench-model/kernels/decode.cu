@@ -48,9 +48,10 @@ namespace {
 constexpr int WARPS = 8;   // warps per block
 constexpr int THREADS = WARPS * 32;
 // Blocks resident per SM (at most 64 registers a thread): 32 warps' loads
-// in flight per SM. At three (the 72-78 registers the kernels take
+// in flight per SM. At three (the 72-90 registers the kernels take
 // unbounded) the 8B batch-1 step took 4.76 ms instead of 4.43 on an H200,
-// and the spread walk of pair_dot gained nothing (docs/performance.md).
+// and in a stand-alone benchmark the spread walk of pair_dot gained
+// nothing (docs/performance.md).
 constexpr int MIN_BLOCKS = 4;
 
 // x rounded to T and back, as an unfused step stores it.

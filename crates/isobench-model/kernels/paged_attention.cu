@@ -37,7 +37,7 @@ namespace {
 constexpr int NUM_THREADS = 128;
 constexpr int NUM_WARPS = NUM_THREADS / 32;
 // Tokens per chunk (shared-memory scores) and the largest decode
-// partition; must match PARTITION in src/paged_attention/cuda.rs.
+// partition; must match PARTITION in src/paged_attention/launch.rs.
 constexpr int PARTITION = 512;
 
 // 16 bytes from global to shared memory without passing through
