@@ -1,7 +1,7 @@
 // Single-token kernels on CUDA: the projections of a step of one token
 // (a decode step of one sequence), each streaming every weight row from
 // memory once, with the ops around them fused in. Behind isobench-model's
-// src/decode.rs; compiled to PTX by build.rs with nvcc.
+// src/decode.rs; compiled by build.rs with nvcc (machine code and PTX).
 //
 // Why: a decode step of one sequence reads every weight once and does
 // almost no arithmetic, so its time is the bytes it reads over memory

@@ -1,6 +1,7 @@
 // Paged attention on CUDA: the kernels behind isobench-model's
 // src/paged_attention/cuda.rs (same semantics as the CPU kernels in
-// src/paged_attention/cpu.rs). Compiled to PTX by build.rs with nvcc.
+// src/paged_attention/cpu.rs). Compiled by build.rs with nvcc
+// (machine code and PTX).
 //
 // Layouts (all contiguous, row-major):
 //   cache    [num_blocks, block_size, num_kv_heads, D]  (keys or values)

@@ -30,6 +30,7 @@ use candle_core::cuda_backend::WrapErr;
 use candle_core::cuda_backend::cudarc::driver::{
     CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
+use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
 use candle_core::op::BackpropOp;
 use candle_core::{CudaDevice, CudaStorage, DType, Module, Result, Storage, Tensor, bail};
 use candle_nn::{Embedding, Linear};
@@ -40,7 +41,8 @@ use crate::paged_attention::cuda::{grid, int};
 use crate::paged_attention::paged_attention;
 use crate::step::StepTensors;
 
-const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode.ptx"));
+/// kernels/decode.cu as build.rs compiles it (machine code and PTX).
+const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/decode.fatbin"));
 /// Threads per block of every kernel (`THREADS` in kernels/decode.cu).
 const THREADS: u32 = 256;
 /// Row pairs per block: one per warp (`WARPS` in kernels/decode.cu).
@@ -286,7 +288,10 @@ struct Input {
 /// `dtype` in [`Kernel::ALL`] order, and the stream.
 fn load(anchor: &Tensor, dtype: DType) -> Result<(Vec<CudaFunction>, Arc<CudaStream>)> {
     let stream = anchor.device().as_cuda_device()?.cuda_stream();
-    let module = stream.context().load_module(PTX.into()).w()?;
+    let module = stream
+        .context()
+        .load_module(Ptx::from_binary(FATBIN.to_vec()))
+        .w()?;
     let dtype = dtype_name(dtype)?;
     let functions = Kernel::ALL
         .iter()

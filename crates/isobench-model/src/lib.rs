@@ -70,6 +70,7 @@ mod seeded;
 mod step;
 mod timer;
 mod tokenizer;
+mod warm_up;
 mod weights;
 
 pub use batch::{SeqStep, StepBatch};
@@ -83,6 +84,7 @@ pub use host_copy::HostBuffer;
 pub use incremental::IncrementalDecoder;
 pub use options::{DEFAULT_GRAPH_BUCKETS, ModelOptions, StepStats};
 pub use tokenizer::Tokenizer;
+pub use warm_up::warm_up;
 pub use weights::WeightCache;
 
 pub use candle_core::{DType, Device, Tensor};

@@ -9,16 +9,23 @@
 //! free once the weights are loaded, so the rest stays for activations,
 //! cuBLAS and CUDA-graph memory. The chosen size is logged at start.
 //!
+//! Before the server listens, one short prefill and one decode step run
+//! in the pool's first blocks ([`warm_up`]): on a GPU the first step of a
+//! process loads the kernels (seconds when the driver has to compile
+//! candle's PTX) and captures the batch-1 graph, which would otherwise
+//! land on the first request's TTFT.
+//!
 //! The server's [`Metrics`] are made here too: on a CUDA device the NVML
 //! sampler of the GPU's memory and energy starts before the server
 //! listens, so its first `/metrics` answer already describes the GPU.
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use isobench_model::{
     CausalLm, Device, KvCache, ModelConfig, ModelFolder, ModelOptions, Tokenizer, device_memory,
-    load_model_with, parse_device,
+    load_model_with, parse_device, warm_up,
 };
 
 use crate::chat_template::ChatTemplate;
@@ -37,6 +44,8 @@ pub(crate) struct Loaded {
     pub max_model_len: u32,
     pub vocab_size: u32,
     pub metrics: Arc<Metrics>,
+    /// How long the warm-up steps took (`None` when the pool had no room).
+    pub warm_up: Option<Duration>,
 }
 
 impl Loaded {
@@ -63,7 +72,7 @@ impl Loaded {
             cuda_graphs: config.cuda_graphs.unwrap_or(true),
             ..ModelOptions::default()
         };
-        let model = load_model_with(&folder, &device, &options)?;
+        let mut model = load_model_with(&folder, &device, &options)?;
         let model_config = model.config();
         let block_size = config.block_size as usize;
         let num_blocks = pool_blocks(config, model.as_ref())?;
@@ -80,7 +89,7 @@ impl Loaded {
                 });
             }
         };
-        let cache = KvCache::new(
+        let mut cache = KvCache::new(
             model_config,
             num_blocks as usize,
             block_size,
@@ -107,9 +116,11 @@ impl Loaded {
             tokenizer.bos_token(),
             tokenizer.eos_token(),
         )?;
+        let vocab_size = model_config.vocab_size as u32;
+        let warm_up = warm_up(model.as_mut(), &mut cache)?;
         Ok(Self {
             template_from_model: tokenizer.chat_template().is_some(),
-            vocab_size: model_config.vocab_size as u32,
+            vocab_size,
             model,
             cache,
             tokenizer,
@@ -117,6 +128,7 @@ impl Loaded {
             num_blocks,
             max_model_len,
             metrics,
+            warm_up,
         })
     }
 }

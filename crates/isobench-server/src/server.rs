@@ -37,7 +37,8 @@ const CUT_GRACE: Duration = Duration::from_secs(5);
 pub struct Server;
 
 impl Server {
-    /// Loads the model and serves it; returns once the listener is bound.
+    /// Loads the model, runs the warm-up steps ([`isobench_model::warm_up`]) and
+    /// serves it; returns once the listener is bound.
     /// Must be called inside a Tokio runtime.
     pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         config.validate()?;
@@ -123,6 +124,7 @@ impl Server {
             shutting_down,
             engine: Some(engine),
             engine_thread: Some(engine_thread),
+            warm_up: loaded.warm_up,
         })
     }
 }
@@ -150,6 +152,7 @@ pub struct ServerHandle {
     shutting_down: Arc<AtomicBool>,
     engine: Option<EngineHandle>,
     engine_thread: Option<std::thread::JoinHandle<()>>,
+    warm_up: Option<Duration>,
 }
 
 impl ServerHandle {
@@ -166,6 +169,13 @@ impl ServerHandle {
     /// The name clients send in `model`.
     pub fn model_name(&self) -> &str {
         &self.model_name
+    }
+
+    /// How long the warm-up steps before listening took (see
+    /// [`isobench_model::warm_up`]); `None` when the pool was too small to
+    /// run them.
+    pub fn warm_up_time(&self) -> Option<Duration> {
+        self.warm_up
     }
 
     pub fn stats(&self) -> ServerStats {

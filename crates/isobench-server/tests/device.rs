@@ -1,6 +1,7 @@
 //! The engine's device flags and step metrics through the real server on
 //! the CPU (the GPU side runs in scripts/gpu-bench.sh): every model step of
-//! a CPU server counts as eager, none as a graph replay, and asking for
+//! a CPU server counts as eager, none as a graph replay (the warm-up steps
+//! before it listens are not counted), and asking for
 //! CUDA on a build without it, or for a GPU memory share on the CPU, fails
 //! to start with a message naming the flag.
 
@@ -21,6 +22,9 @@ fn series(metrics: &str, name: &str) -> u64 {
 #[tokio::test]
 async fn every_cpu_step_is_eager_and_none_replays_a_graph() {
     let server = common::start(|config| config.cuda_graphs = Some(true)).await;
+    // The warm-up steps ran before the server listened, outside the
+    // engine's counts.
+    assert!(server.warm_up_time().is_some());
     let before = server.metrics_text();
     assert_eq!(series(&before, "isobench_eager_steps_total"), 0);
 

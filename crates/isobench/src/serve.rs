@@ -15,8 +15,12 @@ pub async fn serve(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let server = Server::start(config)
         .await
         .with_context(|| format!("starting the server for {model}"))?;
+    let warm_up = server
+        .warm_up_time()
+        .map(|took| format!(", warm-up steps {:.2} s", took.as_secs_f64()))
+        .unwrap_or_default();
     eprintln!(
-        "isobench serve: model {} on {device}, KV pool {} blocks of {block_size} tokens, at {}/v1 (Ctrl-C or SIGTERM to stop)",
+        "isobench serve: model {} on {device}, KV pool {} blocks of {block_size} tokens{warm_up}, at {}/v1 (Ctrl-C or SIGTERM to stop)",
         server.model_name(),
         server.stats().kv_blocks_total,
         server.url()

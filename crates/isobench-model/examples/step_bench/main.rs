@@ -17,8 +17,11 @@
 //!   --check            correctness mode instead (see check.rs)
 //! ```
 //!
-//! For each batch size every sequence is prefilled with N pseudo-random
-//! tokens (one sequence per step), then 3 warm-up and `--steps` timed
+//! Each model first runs the warm-up steps a server runs at start
+//! ([`isobench_model::warm_up`], timed on the model's line), so the first
+//! measured prefill does not pay for loading the kernels. For each batch
+//! size every sequence is prefilled with N pseudo-random tokens (one
+//! sequence per step), then 3 warm-up and `--steps` timed
 //! decode steps run over the whole batch, eagerly and then from CUDA
 //! graphs, on the same cache. A step's time is its CUDA-event device time
 //! on a GPU (host clock on the CPU); the median is reported. On a GPU the
@@ -307,21 +310,29 @@ fn load(
         ..ModelOptions::default()
     };
     let start = Instant::now();
-    let model = load_model_cached(folder, device, &options, cache)?;
+    let mut model = load_model_cached(folder, device, &options, cache)?;
     device.synchronize()?;
+    let loaded = start.elapsed();
+    // The process's first steps load the kernels (on a GPU whose driver
+    // cache is empty, compiling candle's PTX takes seconds): out of the
+    // measured prefill.
+    let mut pool = KvCache::new(model.config(), 2, BLOCK_SIZE, device, model.dtype())?;
+    let warm_up = isobench_model::warm_up(model.as_mut(), &mut pool)?.unwrap_or_default();
     let kernels = match (device.is_cpu(), args.plain) {
         (_, true) => "candle (plain)".to_string(),
         (true, false) => format!("own, {}", isobench_model::cpu_kernels()),
         (false, false) => "own for single-token steps, candle for the rest".to_string(),
     };
     println!(
-        "{}: {:.1} M parameters, {:?} on {:?}, graphs {}, kernels {kernels}, loaded in {:.1} s",
+        "{}: {:.1} M parameters, {:?} on {:?}, graphs {}, kernels {kernels}, loaded in {:.1} s, \
+         warm-up steps {:.2} s",
         folder.name(),
         folder.config().num_parameters() as f64 / 1e6,
         model.dtype(),
         device.location(),
         if graphs { "on" } else { "off" },
-        start.elapsed().as_secs_f64()
+        loaded.as_secs_f64(),
+        warm_up.as_secs_f64()
     );
     Ok(model)
 }
