@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const KERNELS: [&str; 2] = ["paged_attention", "decode"];
+const KERNELS: [&str; 3] = ["paged_attention", "decode", "argmax"];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

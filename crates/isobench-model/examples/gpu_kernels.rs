@@ -1,5 +1,5 @@
-//! GPU check of the paged-attention kernels (`--features cuda`, run on the
-//! GPU machine; docs/gpu.md).
+//! GPU check of the paged-attention kernels and the greedy-token argmax
+//! (`--features cuda`, run on the GPU machine; docs/gpu.md).
 //!
 //! 1. Correctness: on fresh random inputs, the CUDA `write_kv` must leave
 //!    the cache bit-identical to the CPU kernel's (a padding slot writing
@@ -18,6 +18,11 @@
 //!    100 launches after
 //!    warm-up (synchronize + host clock), eager and replayed from a CUDA
 //!    graph, with the KV bytes read per second of the replayed launch.
+//! 4. `greedy_tokens` on the GPU must choose what it chooses on the host
+//!    for the same logits: 1 to 128 rows of 7, 4,097 and 128,256 columns,
+//!    random, with the maximum planted again at a later index (a tie), NaNs
+//!    and -0/+0; then its time against candle's argmax (both bringing the
+//!    tokens to the host), mean of 100 calls.
 //!
 //! One PASS/FAIL line per case, `GPU KERNELS OK` at the end; the exit code
 //! is non-zero if anything failed.
@@ -31,6 +36,7 @@ use candle_core::cuda_backend::cudarc::driver::sys::{
     CUgraphInstantiate_flags, CUstreamCaptureMode,
 };
 use candle_core::{DType, Device, Result, Tensor};
+use isobench_model::greedy_tokens;
 use isobench_model::kernels_for_checks::{paged_attention, write_kv};
 
 const PADDING_SLOT: u32 = u32::MAX;
@@ -441,6 +447,76 @@ fn timing<const CONTEXT: usize>(
 
 /// Mean seconds per call of `run` over `iterations`, after 10 warm-up
 /// calls: host clock between two synchronisations.
+/// `rows` x `vocab` random logits with, in every row, the maximum planted
+/// again at a later index, a NaN, and a -0 beside a +0.
+fn planted_logits(random: &mut Random, rows: usize, vocab: usize) -> Vec<f32> {
+    let mut values = random.values(rows * vocab);
+    for row in values.chunks_exact_mut(vocab) {
+        let at = |random: &mut Random| (random.next() % vocab as u64) as usize;
+        let (first, second) = (at(random), at(random));
+        let (first, second) = (first.min(second), first.max(second));
+        row[first] = 1.5;
+        row[second] = 1.5;
+        row[at(random)] = f32::NAN;
+        if vocab > 2 {
+            let zero = at(random) % (vocab - 1);
+            row[zero] = -0.0;
+            row[zero + 1] = 0.0;
+        }
+    }
+    values
+}
+
+fn greedy_tokens_check(device: &Device, random: &mut Random) -> Result<bool> {
+    let mut pass = true;
+    for vocab in [7, 4097, 128_256] {
+        for rows in [1, 3, 64, 128] {
+            let host = Tensor::from_vec(
+                planted_logits(random, rows, vocab),
+                (rows, vocab),
+                &Device::Cpu,
+            )?;
+            let want = greedy_tokens(&host).map_err(candle_core::Error::wrap)?;
+            let got = greedy_tokens(&host.to_device(device)?).map_err(candle_core::Error::wrap)?;
+            let same = got == want;
+            pass &= same;
+            println!(
+                "{} greedy tokens, {rows} rows of {vocab}: {}",
+                if same { "PASS" } else { "FAIL" },
+                if same {
+                    "as on the host".to_string()
+                } else {
+                    format!("{got:?} against {want:?}")
+                }
+            );
+        }
+    }
+    Ok(pass)
+}
+
+fn greedy_tokens_timing(device: &Device) -> Result<()> {
+    const ITERATIONS: u32 = 100;
+    println!("greedy tokens of f32 logits, 128,256 columns, to the host (mean of {ITERATIONS}):");
+    for rows in [1, 8, 64, 128] {
+        let logits = Tensor::rand(-1f32, 1f32, (rows, 128_256), device)?;
+        let candle = mean_seconds(device, ITERATIONS, || {
+            logits.argmax(1)?.to_vec1::<u32>().map(drop)
+        })?;
+        let own = mean_seconds(device, ITERATIONS, || {
+            greedy_tokens(&logits)
+                .map(drop)
+                .map_err(candle_core::Error::wrap)
+        })?;
+        println!(
+            "  {rows:>3} rows: candle argmax {:.1} us, greedy_tokens {:.1} us ({:.1}x)",
+            candle * 1e6,
+            own * 1e6,
+            candle / own
+        );
+    }
+    Ok(())
+}
+
 fn mean_seconds(device: &Device, iterations: u32, run: impl Fn() -> Result<()>) -> Result<f64> {
     for _ in 0..10 {
         run()?;
@@ -501,5 +577,7 @@ fn run() -> Result<bool> {
     // The table width of an 8B-shaped Llama 3 served on an H200: 131,072
     // positions (the pool holds more blocks than that).
     timing::<512>(&device, &mut random, 131_072 / 16, &[1, 8, 64])?;
-    Ok(correct && graph)
+    let greedy = greedy_tokens_check(&device, &mut random)?;
+    greedy_tokens_timing(&device)?;
+    Ok(correct && graph && greedy)
 }

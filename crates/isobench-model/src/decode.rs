@@ -30,19 +30,17 @@ use candle_core::cuda_backend::WrapErr;
 use candle_core::cuda_backend::cudarc::driver::{
     CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
-use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
 use candle_core::op::BackpropOp;
 use candle_core::{CudaDevice, CudaStorage, DType, Module, Result, Storage, Tensor, bail};
 use candle_nn::{Embedding, Linear};
 use half::{bf16, f16};
 
 use crate::KvCache;
+use crate::kernels::{self, Source};
 use crate::paged_attention::cuda::{grid, int};
 use crate::paged_attention::paged_attention;
 use crate::step::StepTensors;
 
-/// kernels/decode.cu as build.rs compiles it (machine code and PTX).
-const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/decode.fatbin"));
 /// Threads per block of every kernel (`THREADS` in kernels/decode.cu).
 const THREADS: u32 = 256;
 /// Row pairs per block: one per warp (`WARPS` in kernels/decode.cu).
@@ -287,21 +285,16 @@ struct Input {
 /// The module of kernels/decode.cu on `anchor`'s device, its kernels for
 /// `dtype` in [`Kernel::ALL`] order, and the stream.
 fn load(anchor: &Tensor, dtype: DType) -> Result<(Vec<CudaFunction>, Arc<CudaStream>)> {
-    let stream = anchor.device().as_cuda_device()?.cuda_stream();
-    let module = stream
-        .context()
-        .load_module(Ptx::from_binary(FATBIN.to_vec()))
-        .w()?;
+    let device = anchor.device().as_cuda_device()?;
     let dtype = dtype_name(dtype)?;
     let functions = Kernel::ALL
         .iter()
-        .map(|kernel| {
-            module
-                .load_function(&format!("{}_{dtype}", kernel.name()))
-                .w()
+        .map(|k| {
+            let name = format!("{}_{dtype}", k.name());
+            Ok(kernels::kernel(device, Source::Decode, &name)?.function)
         })
         .collect::<Result<_>>()?;
-    Ok((functions, stream))
+    Ok((functions, device.cuda_stream()))
 }
 
 /// Why the kernels cannot run this model, if they cannot.

@@ -41,13 +41,15 @@
 //! is the network, `cpu` runs it on the CPU with this crate's own kernels
 //! (SIMD projections, one thread pool, reused buffers), `rope` its rotary
 //! embeddings, `paged_attention` its CPU and CUDA kernels, `decode` the
-//! CUDA kernels of single-token steps, `cache` the KV
+//! CUDA kernels of single-token steps, `argmax` the greedy token of each
+//! row of logits, `kernels` loads the CUDA modules, `cache` the KV
 //! storage, `step` turns a [`StepBatch`] into tensors, `graph` captures and
 //! replays decode steps (CUDA builds), `timer` times steps with CUDA
 //! events, `host_copy` brings logits to the host through a reused
 //! (on a GPU, page-locked) buffer, `device` opens devices, `tokenizer` and
 //! `incremental` handle text. docs/models.md is the user-facing description.
 
+mod argmax;
 mod batch;
 mod cache;
 mod config;
@@ -62,6 +64,8 @@ mod gguf;
 mod graph;
 mod host_copy;
 mod incremental;
+#[cfg(feature = "cuda")]
+mod kernels;
 mod llama;
 mod options;
 mod paged_attention;
@@ -73,6 +77,7 @@ mod tokenizer;
 mod warm_up;
 mod weights;
 
+pub use argmax::greedy_tokens;
 pub use batch::{SeqStep, StepBatch};
 pub use cache::KvCache;
 pub use config::{Architecture, ModelConfig, RopeScaling, WeightSeed};

@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{CausalLm, KvCache, ModelError, SeqStep, StepBatch};
+use crate::{CausalLm, KvCache, ModelError, SeqStep, StepBatch, greedy_tokens};
 
 /// Prompt tokens of the warm-up prefill (fewer when the pool or the
 /// model's context is smaller).
@@ -37,12 +37,9 @@ pub fn warm_up(
     let vocab = model.config().vocab_size.max(1);
     let start = Instant::now();
     let prefill = step(cache.block_size(), vocab, 0, prompt);
-    model
-        .forward(&prefill, cache)?
-        .argmax(1)?
-        .to_vec1::<u32>()?;
+    greedy_tokens(&model.forward(&prefill, cache)?)?;
     let decode = step(cache.block_size(), vocab, prompt, 1);
-    model.forward(&decode, cache)?.argmax(1)?.to_vec1::<u32>()?;
+    greedy_tokens(&model.forward(&decode, cache)?)?;
     Ok(Some(start.elapsed()))
 }
 

@@ -5,13 +5,13 @@
 //! transfer of `rows x vocab` floats per step (65 MB at batch 128 with a
 //! 128k vocabulary) and a host argmax over all of them, which made a
 //! batch-128 decode step of a 1B model take 120 ms where the model took a
-//! few. So there the greedy choice of every row is taken on the device (an
-//! argmax; ties go to whichever maximum the device's reduction finds), and
+//! few. So there the greedy choice of every row is taken on the device
+//! ([`isobench_model::greedy_tokens`]: ties go to the lowest index), and
 //! only the rows that sample at random come to the host, through the
 //! engine's reused page-locked [`HostBuffer`] (a pageable copy of 64 such
 //! rows took 11.7 ms per step on the H200's host).
 
-use candle_core::{D, Tensor};
+use candle_core::Tensor;
 use isobench_model::HostBuffer;
 
 /// The step's logits as the samplers read them.
@@ -51,7 +51,7 @@ impl<'a> StepLogits<'a> {
                 vocab,
             });
         }
-        let argmax = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
+        let argmax = isobench_model::greedy_tokens(logits)?;
         let random_logits = if random_rows.is_empty() {
             &[]
         } else {

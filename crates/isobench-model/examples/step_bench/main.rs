@@ -238,10 +238,10 @@ fn measure(models: &mut [Box<dyn CausalLm>], batch_size: usize, args: &Args) -> 
     Ok(result)
 }
 
-/// Waits for a step by bringing its logits' argmax to the host, as a
-/// server's sampler would.
+/// Waits for a step by bringing its greedy tokens to the host, as the
+/// server does.
 fn sync(logits: &Tensor) -> Result<()> {
-    logits.argmax(1)?.to_vec1::<u32>()?;
+    isobench_model::greedy_tokens(logits)?;
     Ok(())
 }
 

@@ -22,60 +22,17 @@
 //! [`super::PADDING_SLOT`] writes nowhere.
 
 use candle_core::backend::BackendStorage;
-use std::sync::{Arc, Mutex, PoisonError};
-
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DeviceRepr, LaunchArgs,
-    LaunchConfig, PushKernelArg,
+    CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
 };
-use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
-use candle_core::cuda_backend::{CudaDType, CudaDevice, DeviceId, WrapErr};
+use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaStorage, DType, Layout, Result, Shape, Storage, bail};
 use half::{bf16, f16};
 
 use super::Metadata;
 use super::launch::{Shapes, THREADS};
+use crate::kernels::{Source, kernel};
 
-/// kernels/paged_attention.cu as build.rs compiles it (machine code and
-/// PTX).
-const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/paged_attention.fatbin"));
-
-/// The loaded module of each device this process has used.
-static MODULES: Mutex<Vec<(DeviceId, Arc<CudaModule>)>> = Mutex::new(Vec::new());
-
-/// A kernel and the stream it launches on.
-struct Kernel {
-    function: CudaFunction,
-    stream: Arc<CudaStream>,
-}
-
-impl Kernel {
-    fn builder(&self) -> LaunchArgs<'_> {
-        self.stream.launch_builder(&self.function)
-    }
-}
-
-/// Kernel `name` on `device`'s stream, from the device's module (loaded
-/// at first use).
-fn kernel(device: &CudaDevice, name: &str) -> Result<Kernel> {
-    let mut modules = MODULES.lock().unwrap_or_else(PoisonError::into_inner);
-    let module = match modules.iter().find(|(id, _)| *id == device.id()) {
-        Some((_, module)) => module.clone(),
-        None => {
-            let module = device
-                .cuda_stream()
-                .context()
-                .load_module(Ptx::from_binary(FATBIN.to_vec()))
-                .w()?;
-            modules.push((device.id(), module.clone()));
-            module
-        }
-    };
-    Ok(Kernel {
-        function: module.load_function(name).w()?,
-        stream: device.cuda_stream(),
-    })
-}
 /// Cache element types, named as in the kernels' names.
 trait Elem: CudaDType + DeviceRepr {
     const NAME: &'static str;
@@ -169,7 +126,7 @@ fn write_typed<T: Elem>(
     let units_arg = int(units, "a cache row's width")?;
     let num_slots = u32::try_from(target.num_slots).unwrap_or(u32::MAX);
     let mut cache = cache.as_cuda_slice_mut::<T>()?.slice_mut(start..end);
-    let func = kernel(&device, name)?;
+    let func = kernel(&device, Source::PagedAttention, name)?;
     let config = LaunchConfig {
         grid_dim: (
             grid(target.slots.len(), "tokens")?,
@@ -291,7 +248,7 @@ fn attend_typed<T: Elem>(
     let scale = 1.0f32 / (head_dim as f32).sqrt();
 
     let name = format!("paged_attention_{}_d{head_dim}_g{heads_per_block}", T::NAME);
-    let func = kernel(device, &name)?;
+    let func = kernel(device, Source::PagedAttention, &name)?;
     let config = LaunchConfig {
         grid_dim: (
             grid(rows, "query rows")?,
@@ -328,7 +285,11 @@ fn attend_typed<T: Elem>(
     unsafe { launch.launch(config) }.w()?;
 
     if let Some(partials) = &partials {
-        let func = kernel(device, &format!("paged_attention_reduce_{}", T::NAME))?;
+        let func = kernel(
+            device,
+            Source::PagedAttention,
+            &format!("paged_attention_reduce_{}", T::NAME),
+        )?;
         let head_dim_arg = int(head_dim, "head_dim")?;
         let config = LaunchConfig {
             grid_dim: (grid(num_heads, "heads")?, grid_y(rows)?, 1),
