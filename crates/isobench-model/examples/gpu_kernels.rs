@@ -445,8 +445,6 @@ fn timing<const CONTEXT: usize>(
     Ok(())
 }
 
-/// Mean seconds per call of `run` over `iterations`, after 10 warm-up
-/// calls: host clock between two synchronisations.
 /// `rows` x `vocab` random logits with, in every row, the maximum planted
 /// again at a later index, a NaN, and a -0 beside a +0.
 fn planted_logits(random: &mut Random, rows: usize, vocab: usize) -> Vec<f32> {
@@ -467,6 +465,7 @@ fn planted_logits(random: &mut Random, rows: usize, vocab: usize) -> Vec<f32> {
     values
 }
 
+/// `greedy_tokens` on the GPU against the host on the same logits (part 4).
 fn greedy_tokens_check(device: &Device, random: &mut Random) -> Result<bool> {
     let mut pass = true;
     for vocab in [7, 4097, 128_256] {
@@ -494,6 +493,7 @@ fn greedy_tokens_check(device: &Device, random: &mut Random) -> Result<bool> {
     Ok(pass)
 }
 
+/// `greedy_tokens` against candle's argmax, each with its copy to the host.
 fn greedy_tokens_timing(device: &Device) -> Result<()> {
     const ITERATIONS: u32 = 100;
     println!("greedy tokens of f32 logits, 128,256 columns, to the host (mean of {ITERATIONS}):");
@@ -517,6 +517,8 @@ fn greedy_tokens_timing(device: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Mean seconds per call of `run` over `iterations`, after 10 warm-up
+/// calls: host clock between two synchronisations.
 fn mean_seconds(device: &Device, iterations: u32, run: impl Fn() -> Result<()>) -> Result<f64> {
     for _ in 0..10 {
         run()?;
