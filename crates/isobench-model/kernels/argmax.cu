@@ -1,8 +1,8 @@
 // The greedy token of each row of a step's f32 logits [rows, vocab]: the
 // index of the row's largest value, the lowest index on ties (-0 equals
 // +0), NaN below every number. Behind isobench-model's src/argmax.rs
-// (which holds the same order on the host); compiled by build.rs with
-// nvcc (machine code and PTX).
+// (whose `argmax` makes the same choice on the host); compiled by
+// build.rs with nvcc (machine code and PTX).
 //
 // A value and its index are one 64-bit key whose unsigned order is the
 // choice's: the float's bits made monotonic in the high word (negative

@@ -1,10 +1,11 @@
-//! The greedy token of each row of a step's logits: the index of the row's
-//! largest value, the lowest index on ties (-0 equals +0), NaN below
-//! every number: the choice of the server's host sampler
-//! (`isobench_server`'s `sampler::argmax`), the same on every device.
+//! The greedy token of a row of logits: the index of the row's largest
+//! value, the lowest index on ties (-0 equals +0), NaN below every number
+//! (a row of NaN only gives 0). [`argmax`] takes it on the host (the
+//! server's sampler uses it), [`greedy_tokens`] for each row of a step's
+//! logits on their device.
 //!
-//! On a GPU this is one kernel of this crate (kernels/argmax.cu, which
-//! says how) and a copy of 8 bytes a row to the host; candle's argmax,
+//! On a GPU, [`greedy_tokens`] is one kernel of this crate
+//! (kernels/argmax.cu, which says how) and a copy of 8 bytes a row to the host; candle's argmax,
 //! which the server used before, reads a row with one block (93 us a row
 //! of the 128k vocabulary on an H200). Elsewhere the rows are read on the
 //! host.
@@ -28,32 +29,18 @@ pub fn greedy_tokens(logits: &Tensor) -> Result<Vec<u32>, ModelError> {
         return Ok(cuda::greedy_tokens(device, logits)?);
     }
     let rows = logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-    Ok(rows
-        .iter()
-        .map(|row| {
-            let best = row.iter().enumerate().map(|(i, &v)| key(v, i as u32)).max();
-            index_of(best.unwrap_or_default())
-        })
-        .collect())
+    Ok(rows.iter().map(|row| argmax(row)).collect())
 }
 
-/// `value` at `index` as one integer whose order is the choice's: the
-/// larger value first, then the lower index (`key` in kernels/argmax.cu).
-fn key(value: f32, index: u32) -> u64 {
-    // +0 for -0 (adding 0.0 turns -0 into +0 and leaves the rest alone).
-    let bits = (value + 0.0).to_bits();
-    let ordered = if value.is_nan() {
-        0
-    } else if bits & 0x8000_0000 != 0 {
-        !bits
-    } else {
-        bits | 0x8000_0000
-    };
-    (u64::from(ordered) << 32) | u64::from(u32::MAX - index)
-}
-
-fn index_of(key: u64) -> u32 {
-    u32::MAX - key as u32
+/// The greedy token of one row of logits on the host.
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best: Option<(usize, f32)> = None;
+    for (index, &value) in row.iter().enumerate() {
+        if !value.is_nan() && best.is_none_or(|(_, best_value)| value > best_value) {
+            best = Some((index, value));
+        }
+    }
+    best.map_or(0, |(index, _)| index as u32)
 }
 
 #[cfg(feature = "cuda")]
@@ -99,7 +86,8 @@ mod cuda {
         // nothing else.
         unsafe { launch.launch(config) }.w()?;
         let keys = argmax.stream.clone_dtoh(&keys).w()?;
-        Ok(keys.into_iter().map(super::index_of).collect())
+        // The low word holds u32 max - index.
+        Ok(keys.into_iter().map(|key| u32::MAX - key as u32).collect())
     }
 }
 
@@ -130,24 +118,11 @@ mod tests {
     }
 
     #[test]
-    fn the_key_orders_as_the_floats_do() {
-        let values = [
-            f32::NAN,
-            f32::NEG_INFINITY,
-            -1e30,
-            -1.0,
-            -1e-40,
-            0.0,
-            1e-40,
-            1.0,
-            1e30,
-        ];
-        for pair in values.windows(2) {
-            assert!(key(pair[0], 0) < key(pair[1], 0), "{pair:?}");
-        }
-        assert!(key(1.0, 3) > key(1.0, 4));
-        assert!(key(-0.0, 3) > key(0.0, 4));
-        assert_eq!(index_of(key(-5.0, 123_456)), 123_456);
+    fn a_row_on_the_host_takes_the_first_maximum_and_never_nan() {
+        assert_eq!(argmax(&[f32::NAN, f32::NEG_INFINITY]), 1);
+        assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NEG_INFINITY]), 0);
+        assert_eq!(argmax(&[0.0, -0.0, 0.0]), 0);
+        assert_eq!(argmax(&[f32::NAN]), 0);
     }
 
     #[test]

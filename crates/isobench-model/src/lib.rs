@@ -77,7 +77,7 @@ mod tokenizer;
 mod warm_up;
 mod weights;
 
-pub use argmax::greedy_tokens;
+pub use argmax::{argmax, greedy_tokens};
 pub use batch::{SeqStep, StepBatch};
 pub use cache::KvCache;
 pub use config::{Architecture, ModelConfig, RopeScaling, WeightSeed};

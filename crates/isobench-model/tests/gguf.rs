@@ -7,8 +7,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{self, Content, Value};
-use common::{Pool, Seq, argmax, load, relative_error, repo_path, step};
-use isobench_model::{CausalLm, GgufType, ModelFolder, export_gguf};
+use common::{Pool, Seq, load, relative_error, repo_path, step};
+use isobench_model::{CausalLm, GgufType, ModelFolder, argmax, export_gguf};
 
 const BLOCK_SIZE: usize = 4;
 const NEW_TOKENS: usize = 12;

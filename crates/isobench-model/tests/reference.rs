@@ -15,8 +15,8 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{Pool, Seq, argmax, fixture_path, load, relative_error, step};
-use isobench_model::{CausalLm, DType, Device, ModelFolder, Tensor};
+use common::{Pool, Seq, fixture_path, load, relative_error, step};
+use isobench_model::{CausalLm, DType, Device, ModelFolder, Tensor, argmax};
 use serde::Deserialize;
 
 const TOLERANCE: f32 = 1e-4;

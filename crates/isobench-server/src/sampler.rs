@@ -19,6 +19,7 @@
 use std::cell::RefCell;
 
 use isobench_common::math::exp;
+use isobench_model::argmax;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -273,19 +274,6 @@ impl Scratch {
         }
         (Rank::LAST, mass)
     }
-}
-
-/// Index of the largest logit (the first of equals); NaN never wins.
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    let mut best_value = f32::NEG_INFINITY;
-    for (id, &value) in logits.iter().enumerate() {
-        if value > best_value {
-            best = id;
-            best_value = value;
-        }
-    }
-    best as u32
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@
 //! Prints PASS or FAIL per check; the exit code is 1 if any failed.
 
 use isobench_model::{
-    CausalLm, DType, KvCache, ModelFolder, ModelOptions, SeqStep, StepBatch, WeightCache,
+    CausalLm, DType, KvCache, ModelFolder, ModelOptions, SeqStep, StepBatch, WeightCache, argmax,
     load_model_cached, parse_device,
 };
 
@@ -121,16 +121,6 @@ fn greedy(model: &mut dyn CausalLm, prompts: &[usize], forced: Option<&[Vec<u32>
         }
     }
     Ok(run)
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (index, value) in row.iter().enumerate() {
-        if *value > row[best] {
-            best = index;
-        }
-    }
-    best as u32
 }
 
 /// The largest per-row `max |got - want| / max |want|`.

@@ -38,16 +38,6 @@ pub fn relative_error(actual: &[f32], expected: &[f32]) -> f32 {
     diff / scale
 }
 
-pub fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, v) in row.iter().enumerate() {
-        if *v > row[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 /// Deterministic pseudo-random token ids below `vocab` (an LCG).
 pub fn token_ids(seed: u64, len: usize, vocab: usize) -> Vec<u32> {
     let mut state = seed
