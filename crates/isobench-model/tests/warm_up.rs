@@ -1,6 +1,7 @@
 //! The start-up step ([`isobench_model::warm_up`]) on models/tiny-llama:
-//! it fits the pool it is given, and a sequence that later gets the blocks
-//! it wrote sees exactly what it would in a fresh pool.
+//! it runs real steps through the pool (it writes the first slots), it
+//! fits the pool it is given, and a sequence that later gets the blocks it
+//! wrote sees exactly what it would in a fresh pool.
 
 mod common;
 
@@ -40,6 +41,33 @@ fn prompt_logits(model: &mut dyn CausalLm, cache: &mut KvCache) -> Vec<f32> {
     };
     let logits = model.forward(&batch, cache).expect("prompt step");
     logits.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
+
+/// The logits of one token at position 1 that attends to slot 0 without
+/// writing it: they depend on what the pool holds there.
+fn logits_over_slot_0(model: &mut dyn CausalLm, cache: &mut KvCache) -> Vec<f32> {
+    let batch = StepBatch {
+        token_ids: vec![5],
+        positions: vec![1],
+        slot_mapping: vec![1],
+        seqs: vec![SeqStep {
+            num_new_tokens: 1,
+            context_len: 2,
+            block_table: vec![0],
+        }],
+    };
+    let logits = model.forward(&batch, cache).expect("decode step");
+    logits.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
+
+#[test]
+fn the_warm_up_writes_the_pool_through_real_steps() {
+    let mut model = tiny();
+    let mut fresh = pool(model.as_ref(), 8, 4);
+    let untouched = logits_over_slot_0(model.as_mut(), &mut fresh);
+    let mut warmed = pool(model.as_ref(), 8, 4);
+    warm_up(model.as_mut(), &mut warmed).expect("warm-up runs");
+    assert_ne!(logits_over_slot_0(model.as_mut(), &mut warmed), untouched);
 }
 
 #[test]
