@@ -1,6 +1,6 @@
 // Helpers shared by the CUDA kernels of isobench-model (paged_attention.cu,
-// decode.cu): conversions between the cache/weight types and f32, and a
-// warp-wide sum. Included by each; nvcc finds it beside them.
+// decode.cu): conversions between the cache/weight types and f32, the
+// waits of programmatic dependent launch, and a warp-wide sum. Included by each; nvcc finds it beside them.
 
 #pragma once
 
@@ -49,6 +49,26 @@ template <> __device__ __forceinline__ void unpack<__nv_bfloat16>(uint4 raw, flo
         out[2 * i] = f.x;
         out[2 * i + 1] = f.y;
     }
+}
+
+// Programmatic dependent launch (sm_90 and later; nothing before): a
+// kernel that src/kernels.rs's `Launch` starts may run while the kernel
+// before it drains. launch_dependents() lets the next such kernel start
+// once every block of this one has called it (or exited);
+// wait_for_prerequisites() waits until the kernel before has finished and
+// its writes are visible. Every such kernel calls it before it reads what
+// another kernel writes (activations, the cache, scratch) and before it
+// writes anything; before it, only weights and the step's metadata.
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_for_prerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ float warp_sum(float x) {

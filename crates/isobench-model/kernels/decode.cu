@@ -90,33 +90,45 @@ struct PairSums {
     float scale;
 };
 
+// 2 * U weight loads of batch `batch` (zeros past the rows' ends).
+template <typename T, int U>
+__device__ __forceinline__ void load_batch(
+    uint4 (&raw)[2][U], const T* first, const T* partner, int batch, int vecs) {
+    constexpr int V = 16 / sizeof(T);
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const int i = batch * 32 * U + u * 32 + lane;
+        raw[0][u] = i < vecs ? load_stream(first + (size_t)i * V) : make_uint4(0, 0, 0, 0);
+        raw[1][u] = i < vecs ? load_stream(partner + (size_t)i * V) : make_uint4(0, 0, 0, 0);
+    }
+}
+
 // The warp's sums for pair `pair`. It walks the rows in batches of 32 * U
 // loads, starting at batch `pair * 5 + 3` (mod the batch count) and
 // wrapping around. Started at their rows' first bytes, the warps of a
 // kernel that fits in one wave (q/k/v, o_proj, down_proj) all read the
 // same offsets of rows 8 KB or more apart at once, and an H200 served
 // them at 2.7-3.3 TB/s; spread, at 2.9-3.8 (docs/performance.md, "Fourth
-// session").
-template <typename T, bool NORM>
+// session"). The first batch's loads are issued before `ready()`, which
+// waits for the kernel before this one: weights are never written.
+template <typename T, bool NORM, typename Ready>
 __device__ __forceinline__ PairSums pair_dot(
-    const T* first, const T* partner, const Input<T>& in, int pair) {
+    const T* first, const T* partner, const Input<T>& in, int pair, Ready ready) {
     constexpr int V = 16 / sizeof(T);  // elements per load
     constexpr int U = LOADS / 2;       // loads in flight per row
     const int lane = threadIdx.x % 32;
     const int vecs = in.k / V;
     const int batches = (vecs + 32 * U - 1) / (32 * U);
     const int start = (pair * 5 + 3) % batches;
+    uint4 raw[2][U];
+    load_batch<T, U>(raw, first, partner, start, vecs);
+    ready();
     float a = 0.0f, b = 0.0f, ss = 0.0f;
     for (int walked = 0; walked < batches; ++walked) {
         const int batch = walked + start < batches ? walked + start : walked + start - batches;
         const int base = batch * 32 * U;
-        uint4 raw[2][U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int i = base + u * 32 + lane;
-            raw[0][u] = i < vecs ? load_stream(first + (size_t)i * V) : make_uint4(0, 0, 0, 0);
-            raw[1][u] = i < vecs ? load_stream(partner + (size_t)i * V) : make_uint4(0, 0, 0, 0);
-        }
+        if (walked > 0) load_batch<T, U>(raw, first, partner, batch, vecs);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int i = base + u * 32 + lane;
@@ -370,10 +382,15 @@ struct Logits {
     }
 };
 
-// One pair per warp; lane 0 applies the epilogue. What the epilogue
-// reads besides the sums is loaded first (`prepare`): loaded after the
-// sums, it would add a memory latency to the end of every warp, and so
-// of the kernel (all warps finish together).
+// One pair per warp; lane 0 applies the epilogue. The kernel issues its
+// first weight loads, then waits for the kernel before it (programmatic
+// dependent launch: kernels/common.cuh). It does not let the next one
+// start early: started while a projection still runs, the next kernel's
+// blocks take the SMs' free slots unevenly, and an H200 ran the 1B step
+// 3-12% slower so (docs/performance.md, "Programmatic dependent launch").
+// What the epilogue reads besides the sums is loaded right after the wait
+// (`prepare`): loaded after the sums, it would add a memory latency to the
+// end of every warp, and so of the kernel (all warps finish together).
 template <typename T, typename E>
 __device__ __forceinline__ void pair_kernel(const E& e, const Input<T>& in) {
     const int pair = blockIdx.x * WARPS + threadIdx.x / 32;
@@ -381,8 +398,11 @@ __device__ __forceinline__ void pair_kernel(const E& e, const Input<T>& in) {
     const T* first;
     const T* partner;
     e.rows(pair, first, partner);
-    const typename E::Pre pre = e.prepare(pair);
-    const PairSums sums = pair_dot<T, E::NORM>(first, partner, in, pair);
+    typename E::Pre pre;
+    const PairSums sums = pair_dot<T, E::NORM>(first, partner, in, pair, [&] {
+        wait_for_prerequisites();
+        pre = e.prepare(pair);
+    });
     if (threadIdx.x % 32 == 0) e.apply(pair, sums, pre);
 }
 

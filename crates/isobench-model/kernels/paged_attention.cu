@@ -103,6 +103,7 @@ __device__ __forceinline__ void attend(
     // rows, [UNROLL][NUM_THREADS][VPL].
     __shared__ uint4 v_rows[UNROLL * NUM_THREADS * VPL];
 
+    launch_dependents();
     const int row = blockIdx.x;
     const int group = p.num_heads / p.num_kv_heads;
     const int head_chunks = (group + G - 1) / G;
@@ -128,6 +129,9 @@ __device__ __forceinline__ void attend(
     const int first = blockIdx.z * chunk_size;
     if (first >= visible) return;  // the reduce reads only splits with work
     const uint32_t* table = p.block_tables + (size_t)seq * p.table_width;
+    // The metadata is the step's input; q and the newest K/V rows are the
+    // kernel before's output.
+    wait_for_prerequisites();
 
     const int lane = threadIdx.x % LPT;
     const int token_group = threadIdx.x / LPT;
@@ -391,6 +395,8 @@ __device__ __forceinline__ void reduce(
     __shared__ float scratch[NUM_WARPS];
     // Output sums of each (split group, feature): groups = threads per feature.
     __shared__ float totals[NUM_THREADS > MAX_HEAD_DIM ? NUM_THREADS : MAX_HEAD_DIM];
+    launch_dependents();
+    wait_for_prerequisites();
     const int head = blockIdx.x;
     const int row = blockIdx.y;
     const int used =

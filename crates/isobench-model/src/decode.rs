@@ -21,24 +21,22 @@
 //! launches like any other. Kernels take raw device pointers (event
 //! tracking is off on isobench's CUDA devices, see
 //! [`crate::parse_device`]); every pointer points into a tensor that this
-//! module holds for the launch.
-
-use std::sync::Arc;
+//! module holds for the launch. They launch with programmatic dependent
+//! launch ([`crate::kernels`]), so every buffer of the step (q, the
+//! attention's output and partials, the SwiGLU activations, the logits)
+//! is allocated before its first kernel and reused by every layer.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::WrapErr;
-use candle_core::cuda_backend::cudarc::driver::{
-    CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
-};
+use candle_core::cuda_backend::cudarc::driver::{DevicePtr, LaunchConfig};
 use candle_core::op::BackpropOp;
 use candle_core::{CudaDevice, CudaStorage, DType, Module, Result, Storage, Tensor, bail};
 use candle_nn::{Embedding, Linear};
 use half::{bf16, f16};
 
 use crate::KvCache;
-use crate::kernels::{self, Source};
-use crate::paged_attention::cuda::{grid, int};
-use crate::paged_attention::paged_attention;
+use crate::kernels::{self, Arg, Source};
+use crate::paged_attention::Metadata;
+use crate::paged_attention::cuda::{Buffers, attend_into, grid, int};
 use crate::step::StepTensors;
 
 /// Threads per block of every kernel (`THREADS` in kernels/decode.cu).
@@ -130,8 +128,7 @@ pub(crate) struct SingleToken {
     dims: Dims,
     dtype: DType,
     /// Every kernel for `dtype`, in [`Kernel::ALL`] order.
-    functions: Vec<CudaFunction>,
-    stream: Arc<CudaStream>,
+    kernels: Vec<kernels::Kernel>,
 }
 
 impl SingleToken {
@@ -147,7 +144,7 @@ impl SingleToken {
         let built = check(&layers, [&norm, &lm_head.weight, &cos, &sin], dims, dtype)
             .and_then(|()| load(&norm, dtype).map_err(|err| err.to_string()));
         match built {
-            Ok((functions, stream)) => Some(Self {
+            Ok(kernels) => Some(Self {
                 layers,
                 norm,
                 lm_head,
@@ -155,8 +152,7 @@ impl SingleToken {
                 sin,
                 dims,
                 dtype,
-                functions,
-                stream,
+                kernels,
             }),
             Err(reason) => {
                 tracing::info!(%reason, "single-token steps run on candle's ops");
@@ -189,6 +185,17 @@ impl SingleToken {
             eps,
         } = self.dims;
         let device = self.norm.device().as_cuda_device()?.clone();
+        // Every buffer of the step first, reused by every layer: an
+        // allocation between two kernels would keep the second from
+        // starting before the first ends (`crate::kernels`).
+        let q = empty(&device, self.dtype, (1, heads * head_dim))?;
+        let intermediate = self.layers.first().map_or(0, |layer| layer.gate.outputs());
+        let act = empty(&device, self.dtype, (1, intermediate))?;
+        let vocab = self.lm_head.outputs();
+        let logits = empty(&device, DType::F32, (1, vocab))?;
+        let queries = q.reshape((1, 1, heads, head_dim))?;
+        let metadata = Metadata::of(step);
+        let attention = Buffers::new(&queries, cache.layer(0), &metadata, heads)?;
         let h = embed.forward(&step.input_ids)?;
         let hidden = h.dim(1)?;
         let num_slots = u32::try_from(cache.num_blocks() * cache.block_size()).unwrap_or(u32::MAX);
@@ -200,7 +207,6 @@ impl SingleToken {
         };
         for (index, layer) in self.layers.iter().enumerate() {
             let (key_cache, value_cache) = cache.layer(index);
-            let q = empty(&device, self.dtype, (1, heads * head_dim))?;
             self.launch(Kernel::QkvRope, (heads + 2 * kv_heads) * head_dim / 2)
                 .arg(&device_ptr(&q)?)
                 .arg(&device_ptr(key_cache)?)
@@ -222,11 +228,17 @@ impl SingleToken {
                 .arg(&int(head_dim, "head_dim")?)
                 .input(&input(&h, Some(&layer.input_norm), hidden))?
                 .run()?;
-            let q = q.reshape((1, 1, heads, head_dim))?;
-            let attended = paged_attention(&q, key_cache, value_cache, step, heads)?;
-            self.residual(&h, &layer.o, &input(&attended, None, heads * head_dim))?;
-            let intermediate = layer.gate.outputs();
-            let act = empty(&device, self.dtype, (1, intermediate))?;
+            attend_into(
+                &queries,
+                (key_cache, value_cache),
+                &metadata,
+                heads,
+                &attention,
+            )?;
+            self.residual(&h, &layer.o, &input(&attention.out, None, heads * head_dim))?;
+            if layer.gate.outputs() != intermediate {
+                bail!("decode kernels: the layers' intermediate sizes differ");
+            }
             self.launch(Kernel::Swiglu, intermediate)
                 .arg(&device_ptr(&act)?)
                 .arg(&device_ptr(&layer.gate.weight)?)
@@ -238,9 +250,7 @@ impl SingleToken {
                 .run()?;
             self.residual(&h, &layer.down, &input(&act, None, intermediate))?;
         }
-        let vocab = self.lm_head.outputs();
         // The step's one token is its one sequence's last.
-        let logits = empty(&device, DType::F32, (1, vocab))?;
         self.launch(Kernel::Logits, vocab.div_ceil(2))
             .arg(&device_ptr(&logits)?)
             .arg(&device_ptr(&self.lm_head.weight)?)
@@ -253,9 +263,7 @@ impl SingleToken {
     /// `kernel` over `pairs` row pairs, one per warp.
     fn launch(&self, kernel: Kernel, pairs: usize) -> Launch<'_> {
         Launch {
-            function: &self.functions[kernel as usize],
-            stream: &self.stream,
-            args: Vec::with_capacity(24),
+            launch: kernels::Launch::new(&self.kernels[kernel as usize]),
             blocks: pairs.div_ceil(PAIRS_PER_BLOCK),
         }
     }
@@ -282,19 +290,15 @@ struct Input {
     k: usize,
 }
 
-/// The module of kernels/decode.cu on `anchor`'s device, its kernels for
-/// `dtype` in [`Kernel::ALL`] order, and the stream.
-fn load(anchor: &Tensor, dtype: DType) -> Result<(Vec<CudaFunction>, Arc<CudaStream>)> {
+/// The kernels of kernels/decode.cu for `dtype` on `anchor`'s device, in
+/// [`Kernel::ALL`] order.
+fn load(anchor: &Tensor, dtype: DType) -> Result<Vec<kernels::Kernel>> {
     let device = anchor.device().as_cuda_device()?;
     let dtype = dtype_name(dtype)?;
-    let functions = Kernel::ALL
+    Kernel::ALL
         .iter()
-        .map(|k| {
-            let name = format!("{}_{dtype}", k.name());
-            Ok(kernels::kernel(device, Source::Decode, &name)?.function)
-        })
-        .collect::<Result<_>>()?;
-    Ok((functions, device.cuda_stream()))
+        .map(|k| kernels::kernel(device, Source::Decode, &format!("{}_{dtype}", k.name())))
+        .collect()
 }
 
 /// Why the kernels cannot run this model, if they cannot.
@@ -350,54 +354,15 @@ fn check(
     Ok(())
 }
 
-/// A launch being built: the function and its arguments.
+/// A projection kernel's launch being built: its arguments and blocks.
 struct Launch<'a> {
-    function: &'a CudaFunction,
-    stream: &'a Arc<CudaStream>,
-    args: Vec<ArgValue>,
+    launch: kernels::Launch<'a>,
     blocks: usize,
-}
-
-/// A kernel argument, by value (the launch borrows them all at once).
-enum ArgValue {
-    Pointer(u64),
-    Int(i32),
-    Uint(u32),
-    Float(f32),
-}
-
-/// What can be a kernel argument here.
-trait Arg {
-    fn value(&self) -> ArgValue;
-}
-
-impl Arg for u64 {
-    fn value(&self) -> ArgValue {
-        ArgValue::Pointer(*self)
-    }
-}
-
-impl Arg for i32 {
-    fn value(&self) -> ArgValue {
-        ArgValue::Int(*self)
-    }
-}
-
-impl Arg for u32 {
-    fn value(&self) -> ArgValue {
-        ArgValue::Uint(*self)
-    }
-}
-
-impl Arg for f32 {
-    fn value(&self) -> ArgValue {
-        ArgValue::Float(*self)
-    }
 }
 
 impl Launch<'_> {
     fn arg(mut self, value: &impl Arg) -> Self {
-        self.args.push(value.value());
+        self.launch = self.launch.arg(value);
         self
     }
 
@@ -416,22 +381,14 @@ impl Launch<'_> {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut builder = self.stream.launch_builder(self.function);
-        for arg in &self.args {
-            match arg {
-                ArgValue::Pointer(value) => builder.arg(value),
-                ArgValue::Int(value) => builder.arg(value),
-                ArgValue::Uint(value) => builder.arg(value),
-                ArgValue::Float(value) => builder.arg(value),
-            };
-        }
         // SAFETY: the arguments follow the kernel's signature in
         // kernels/decode.cu (built in that order by the callers above);
         // every pointer is into a live tensor of the expected dtype and
         // size (checked at construction and by the step's validation),
-        // and the grid is what the kernel's indexing expects.
-        unsafe { builder.launch(config) }.w()?;
-        Ok(())
+        // and the grid is what the kernel's indexing expects. Each kernel
+        // waits for its predecessor before it reads activations or the
+        // step's inputs, or writes.
+        unsafe { self.launch.run(config) }
     }
 }
 

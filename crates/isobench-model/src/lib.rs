@@ -42,12 +42,13 @@
 //! (SIMD projections, one thread pool, reused buffers), `rope` its rotary
 //! embeddings, `paged_attention` its CPU and CUDA kernels, `decode` the
 //! CUDA kernels of single-token steps, `argmax` the greedy token of each
-//! row of logits, `kernels` loads the CUDA modules, `cache` the KV
-//! storage, `step` turns a [`StepBatch`] into tensors, `graph` captures and
-//! replays decode steps (CUDA builds), `timer` times steps with CUDA
-//! events, `host_copy` brings logits to the host through a reused
-//! (on a GPU, page-locked) buffer, `device` opens devices, `tokenizer` and
-//! `incremental` handle text. docs/models.md is the user-facing description.
+//! row of logits, `kernels` loads the CUDA modules and launches the
+//! dependent ones, `cache` the KV storage, `step` turns a [`StepBatch`]
+//! into tensors, `graph` captures and replays decode steps (CUDA builds),
+//! `timer` times steps with CUDA events, `host_copy` brings logits to the
+//! host through a reused (on a GPU, page-locked) buffer, `device` opens
+//! devices, `tokenizer` and `incremental` handle text. docs/models.md is
+//! the user-facing description.
 
 mod argmax;
 mod batch;

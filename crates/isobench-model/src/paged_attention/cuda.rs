@@ -5,8 +5,11 @@
 //! Only shapes (host-known layout dims) decide what is launched; the
 //! metadata's contents stay on the device. Nothing here copies to or from
 //! the host, allocates from host data or synchronises, and the output and
-//! scratch buffers come from the device's stream-ordered allocator, so a
-//! decode step can be captured in a CUDA graph. A decode step (one new
+//! scratch buffers come from the device's stream-ordered allocator (or,
+//! for the single-token steps of `crate::decode`, from the caller:
+//! [`Buffers`], [`attend_into`]), so a decode step can be captured in a
+//! CUDA graph. Both kernels launch with programmatic dependent launch
+//! (`crate::kernels`) and let the next kernel start at once. A decode step (one new
 //! token per sequence: as many query rows as sequences) whose batch alone
 //! would not fill the GPU is split along the context (flash decoding):
 //! the context is cut into partitions of 512 tokens (`PARTITION`), or fewer
@@ -21,17 +24,19 @@
 //! step reaches the model, and `write_kv` skips slots past the cache, so
 //! [`super::PADDING_SLOT`] writes nowhere.
 
+use std::sync::Arc;
+
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::{CudaStorage, DType, Layout, Result, Shape, Storage, bail};
+use candle_core::{CudaStorage, DType, Layout, Result, Shape, Storage, Tensor, bail};
 use half::{bf16, f16};
 
 use super::Metadata;
 use super::launch::{Shapes, THREADS};
-use crate::kernels::{Source, kernel};
+use crate::kernels::{Launch, Source, kernel};
 
 /// Cache element types, named as in the kernels' names.
 trait Elem: CudaDType + DeviceRepr {
@@ -177,10 +182,231 @@ pub(super) fn attend(
 fn attend_typed<T: Elem>(
     metadata: &Metadata,
     num_heads: usize,
+    q: (&CudaStorage, &Layout),
+    keys: (&CudaStorage, &Layout),
+    values: (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, Shape)> {
+    let device = &q.0.device;
+    let plan = Plan::new(metadata, num_heads, q.1, keys.1, values.1, size_of::<T>())?;
+    // SAFETY: every element is written by the kernels below before it is read.
+    let out = unsafe { device.alloc::<T>(plan.out_len())? };
+    let partials = match plan.partial_floats() {
+        0 => None,
+        // SAFETY: the reduce reads only splits the attention kernel wrote.
+        floats => Some(unsafe { device.alloc::<f32>(floats)? }),
+    };
+    let stream = device.cuda_stream();
+    let out_address = out.device_ptr(&stream).0;
+    let partials_address = partials
+        .as_ref()
+        .map_or(out_address, |partials| partials.device_ptr(&stream).0);
+    launch::<T>(
+        &plan,
+        metadata,
+        q,
+        keys,
+        values,
+        (out_address, partials_address),
+    )?;
+    let shape = Shape::from((plan.shapes.rows, num_heads * plan.shapes.head_dim));
+    Ok((CudaStorage::wrap_cuda_slice(out, device.clone()), shape))
+}
+
+/// The buffers of a decode attention, allocated for a whole step by a
+/// caller that runs the attention of every layer into them
+/// ([`attend_into`]): allocations between the step's kernels would stand
+/// between them in a CUDA graph, and keep each from starting before the
+/// previous one ends (`crate::kernels`).
+pub(crate) struct Buffers {
+    /// [rows, heads * head_dim], the queries' dtype.
+    pub out: Tensor,
+    /// The splits' partials (f32), when the attention is split.
+    partials: Option<Tensor>,
+}
+
+impl Buffers {
+    /// Buffers for the attention of `q` over these caches and `metadata`.
+    pub(crate) fn new(
+        q: &Tensor,
+        (keys, values): (&Tensor, &Tensor),
+        metadata: &Metadata,
+        num_heads: usize,
+    ) -> Result<Self> {
+        let plan = Plan::new(
+            metadata,
+            num_heads,
+            q.layout(),
+            keys.layout(),
+            values.layout(),
+            q.dtype().size_in_bytes(),
+        )?;
+        let device = q.device();
+        let out_shape = (plan.shapes.rows, num_heads * plan.shapes.head_dim);
+        let partials = match plan.partial_floats() {
+            0 => None,
+            floats => Some(Tensor::zeros(floats, DType::F32, device)?),
+        };
+        Ok(Self {
+            out: Tensor::zeros(out_shape, q.dtype(), device)?,
+            partials,
+        })
+    }
+}
+
+/// The attention of `q` into `buffers.out`, as [`super::attend`]
+/// computes it, with no allocation.
+pub(crate) fn attend_into(
+    q: &Tensor,
+    (keys, values): (&Tensor, &Tensor),
+    metadata: &Metadata,
+    num_heads: usize,
+    buffers: &Buffers,
+) -> Result<()> {
+    let plan = Plan::new(
+        metadata,
+        num_heads,
+        q.layout(),
+        keys.layout(),
+        values.layout(),
+        q.dtype().size_in_bytes(),
+    )?;
+    let partial_floats = buffers.partials.as_ref().map_or(0, Tensor::elem_count);
+    if buffers.out.elem_count() != plan.out_len()
+        || partial_floats != plan.partial_floats()
+        || buffers.out.dtype() != q.dtype()
+    {
+        bail!("paged attention: buffers made for another step");
+    }
+    if keys.dtype() != q.dtype() || values.dtype() != q.dtype() {
+        bail!(
+            "paged attention: queries ({:?}) and cache ({:?}) must have one float dtype",
+            q.dtype(),
+            keys.dtype()
+        );
+    }
+    let (q_storage, q_layout) = q.storage_and_layout();
+    let (keys_storage, keys_layout) = keys.storage_and_layout();
+    let (values_storage, values_layout) = values.storage_and_layout();
+    let (Storage::Cuda(q_storage), Storage::Cuda(keys_storage), Storage::Cuda(values_storage)) =
+        (&*q_storage, &*keys_storage, &*values_storage)
+    else {
+        bail!("paged attention: queries and caches must be on the GPU")
+    };
+    let out = address(&buffers.out)?;
+    let partials = buffers.partials.as_ref().map_or(Ok(out), address)?;
+    let operands = (
+        (q_storage, q_layout),
+        (keys_storage, keys_layout),
+        (values_storage, values_layout),
+    );
+    match q.dtype() {
+        DType::F32 => launch::<f32>(
+            &plan,
+            metadata,
+            operands.0,
+            operands.1,
+            operands.2,
+            (out, partials),
+        ),
+        DType::F16 => launch::<f16>(
+            &plan,
+            metadata,
+            operands.0,
+            operands.1,
+            operands.2,
+            (out, partials),
+        ),
+        DType::BF16 => launch::<bf16>(
+            &plan,
+            metadata,
+            operands.0,
+            operands.1,
+            operands.2,
+            (out, partials),
+        ),
+        other => bail!("paged attention: no kernels for {other:?}"),
+    }
+}
+
+/// The device address of a contiguous tensor's first element.
+fn address(tensor: &Tensor) -> Result<u64> {
+    let (storage, layout) = tensor.storage_and_layout();
+    let Storage::Cuda(storage) = &*storage else {
+        bail!("paged attention: a buffer is not on the GPU")
+    };
+    let Some((start, _)) = layout.contiguous_offsets() else {
+        bail!("paged attention: a buffer is not contiguous")
+    };
+    let stream = storage.device.cuda_stream();
+    let base = match storage.dtype() {
+        DType::F32 => storage.as_cuda_slice::<f32>()?.device_ptr(&stream).0,
+        DType::F16 => storage.as_cuda_slice::<f16>()?.device_ptr(&stream).0,
+        DType::BF16 => storage.as_cuda_slice::<bf16>()?.device_ptr(&stream).0,
+        other => bail!("paged attention: no buffers of {other:?}"),
+    };
+    Ok(base + (start * storage.dtype().size_in_bytes()) as u64)
+}
+
+/// What an attention launches, from its operands' shapes alone.
+struct Plan {
+    shapes: Shapes,
+    splits: usize,
+    partition_size: usize,
+}
+
+impl Plan {
+    fn new(
+        metadata: &Metadata,
+        num_heads: usize,
+        q_layout: &Layout,
+        keys_layout: &Layout,
+        values_layout: &Layout,
+        elem: usize,
+    ) -> Result<Self> {
+        let shapes = Shapes::new(
+            num_heads,
+            q_layout,
+            keys_layout,
+            values_layout,
+            (
+                metadata.block_tables.layout(),
+                metadata.context_lens.layout(),
+                metadata.query_starts.layout(),
+            ),
+        )?;
+        let (splits, partition_size) = shapes.split(elem);
+        Ok(Self {
+            shapes,
+            splits,
+            partition_size,
+        })
+    }
+
+    fn out_len(&self) -> usize {
+        self.shapes.rows * self.shapes.num_heads * self.shapes.head_dim
+    }
+
+    /// (max, sum) then the unnormalised output per row, head and split;
+    /// none unsplit.
+    fn partial_floats(&self) -> usize {
+        if self.splits > 1 {
+            self.shapes.rows * self.shapes.num_heads * self.splits * (self.shapes.head_dim + 2)
+        } else {
+            0
+        }
+    }
+}
+
+/// Launches the attention (and the reduce of a split one) into `out` and
+/// `partials` (device addresses, sized by `plan`).
+fn launch<T: Elem>(
+    plan: &Plan,
+    metadata: &Metadata,
     (q, q_layout): (&CudaStorage, &Layout),
     (keys, keys_layout): (&CudaStorage, &Layout),
     (values, values_layout): (&CudaStorage, &Layout),
-) -> Result<(CudaStorage, Shape)> {
+    (out, partials): (u64, u64),
+) -> Result<()> {
     let (tables_storage, tables_layout) = metadata.block_tables.storage_and_layout();
     let (lens_storage, lens_layout) = metadata.context_lens.storage_and_layout();
     let (starts_storage, starts_layout) = metadata.query_starts.storage_and_layout();
@@ -189,129 +415,128 @@ fn attend_typed<T: Elem>(
     else {
         bail!("paged attention: step metadata must be on the GPU with the cache")
     };
-    let shapes = Shapes::new(
-        num_heads,
-        q_layout,
-        keys_layout,
-        values_layout,
-        (tables_layout, lens_layout, starts_layout),
-    )?;
     // The kernels read K/V rows with 16-byte loads.
-    let elem = std::mem::size_of::<T>();
+    let elem = size_of::<T>();
     if !(keys_layout.start_offset() * elem).is_multiple_of(16)
         || !(values_layout.start_offset() * elem).is_multiple_of(16)
     {
         bail!("paged attention on CUDA: the caches must start 16-byte aligned");
     }
-    let tables = contiguous(
-        tables.as_cuda_slice::<u32>()?,
-        tables_layout,
-        "block_tables",
-    )?;
-    let lens = contiguous(lens.as_cuda_slice::<u32>()?, lens_layout, "context_lens")?;
-    let starts = contiguous(
-        starts.as_cuda_slice::<u32>()?,
-        starts_layout,
-        "query_starts",
-    )?;
     let device = &q.device;
-    let q = contiguous(q.as_cuda_slice::<T>()?, q_layout, "queries")?;
-    let keys = contiguous(keys.as_cuda_slice::<T>()?, keys_layout, "key cache")?;
-    let values = contiguous(values.as_cuda_slice::<T>()?, values_layout, "value cache")?;
+    let stream = device.cuda_stream();
+    let tables = typed_pointer(
+        contiguous(
+            tables.as_cuda_slice::<u32>()?,
+            tables_layout,
+            "block_tables",
+        )?,
+        &stream,
+    );
+    let lens = typed_pointer(
+        contiguous(lens.as_cuda_slice::<u32>()?, lens_layout, "context_lens")?,
+        &stream,
+    );
+    let starts = typed_pointer(
+        contiguous(
+            starts.as_cuda_slice::<u32>()?,
+            starts_layout,
+            "query_starts",
+        )?,
+        &stream,
+    );
+    let q = typed_pointer(
+        contiguous(q.as_cuda_slice::<T>()?, q_layout, "queries")?,
+        &stream,
+    );
+    let keys = typed_pointer(
+        contiguous(keys.as_cuda_slice::<T>()?, keys_layout, "key cache")?,
+        &stream,
+    );
+    let values = typed_pointer(
+        contiguous(values.as_cuda_slice::<T>()?, values_layout, "value cache")?,
+        &stream,
+    );
 
-    let Shapes {
-        rows,
-        head_dim,
-        num_kv_heads,
-        ..
-    } = shapes;
-    let heads_per_block = shapes.heads_per_block();
-    let head_blocks = shapes.head_blocks();
-    let (splits, partition_size) = shapes.split(elem);
-    // SAFETY: every element is written by the kernels below before it is read.
-    let out = unsafe { device.alloc::<T>(rows * num_heads * head_dim)? };
-    let partials = if splits > 1 {
-        // (max, sum) then the unnormalised output per row, head and split.
-        // SAFETY: the reduce reads only splits the attention kernel wrote.
-        Some(unsafe { device.alloc::<f32>(rows * num_heads * splits * (head_dim + 2))? })
-    } else {
-        None
-    };
-    let seqs_arg = int(shapes.seqs, "the step's sequences")?;
+    let Plan {
+        shapes,
+        splits,
+        partition_size,
+    } = plan;
+    let (rows, num_heads, head_dim) = (shapes.rows, shapes.num_heads, shapes.head_dim);
     let rows_arg = int(rows, "the step's tokens")?;
-    let width_arg = int(shapes.table_width, "the block-table width")?;
-    let block_arg = int(shapes.block_size, "the block size")?;
     let heads_arg = int(num_heads, "the head count")?;
-    let kv_heads_arg = int(num_kv_heads, "the KV head count")?;
-    let splits_arg = int(splits, "the context splits")?;
-    let partition_size_arg = int(partition_size, "the partition size")?;
+    let partition_size_arg = int(*partition_size, "the partition size")?;
     let scale = 1.0f32 / (head_dim as f32).sqrt();
 
-    let name = format!("paged_attention_{}_d{head_dim}_g{heads_per_block}", T::NAME);
+    let name = format!(
+        "paged_attention_{}_d{head_dim}_g{}",
+        T::NAME,
+        shapes.heads_per_block()
+    );
     let func = kernel(device, Source::PagedAttention, &name)?;
     let config = LaunchConfig {
         grid_dim: (
             grid(rows, "query rows")?,
-            grid_y(head_blocks)?,
-            grid_y(splits)?,
+            grid_y(shapes.head_blocks())?,
+            grid_y(*splits)?,
         ),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    let mut launch = func.builder();
-    launch.arg(&out);
-    match &partials {
-        Some(partials) => launch.arg(partials),
-        None => launch.arg(&out), // not read unsplit
-    };
-    launch
+    let attention = Launch::new(&func)
+        .arg(&out)
+        .arg(&partials) // not read unsplit
         .arg(&q)
         .arg(&keys)
         .arg(&values)
         .arg(&tables)
         .arg(&lens)
         .arg(&starts)
-        .arg(&seqs_arg)
+        .arg(&int(shapes.seqs, "the step's sequences")?)
         .arg(&rows_arg)
-        .arg(&width_arg)
-        .arg(&block_arg)
+        .arg(&int(shapes.table_width, "the block-table width")?)
+        .arg(&int(shapes.block_size, "the block size")?)
         .arg(&heads_arg)
-        .arg(&kv_heads_arg)
+        .arg(&int(shapes.num_kv_heads, "the KV head count")?)
         .arg(&partition_size_arg)
         .arg(&scale);
-    // SAFETY: the arguments match paged_attention_* in the kernel source;
-    // `crate::step` checked that every block and length is within the cache
-    // and the table; out and partials are sized for the grid.
-    unsafe { launch.launch(config) }.w()?;
+    // SAFETY: the arguments match paged_attention_* in the kernel source,
+    // which waits for its predecessor before it reads q or the caches;
+    // `crate::step` checked that every block and length is within the
+    // cache and the table; out and partials are sized by `plan`.
+    unsafe { attention.run(config) }?;
 
-    if let Some(partials) = &partials {
+    if *splits > 1 {
         let func = kernel(
             device,
             Source::PagedAttention,
             &format!("paged_attention_reduce_{}", T::NAME),
         )?;
-        let head_dim_arg = int(head_dim, "head_dim")?;
         let config = LaunchConfig {
             grid_dim: (grid(num_heads, "heads")?, grid_y(rows)?, 1),
             block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: (splits * std::mem::size_of::<f32>()) as u32,
+            shared_mem_bytes: (splits * size_of::<f32>()) as u32,
         };
-        let mut launch = func.builder();
-        launch
+        let reduce = Launch::new(&func)
             .arg(&out)
-            .arg(partials)
+            .arg(&partials)
             .arg(&lens)
             .arg(&rows_arg)
             .arg(&heads_arg)
-            .arg(&head_dim_arg)
-            .arg(&splits_arg)
+            .arg(&int(head_dim, "head_dim")?)
+            .arg(&int(*splits, "the context splits")?)
             .arg(&partition_size_arg);
-        // SAFETY: as above; the reduce reads the splits that have work for
-        // each row's context, all written by the attention kernel.
-        unsafe { launch.launch(config) }.w()?;
+        // SAFETY: as above; the reduce waits for the attention, and reads
+        // the splits that have work for each row's context, all written
+        // by it.
+        unsafe { reduce.run(config) }?;
     }
-    let shape = Shape::from((rows, num_heads * head_dim));
-    Ok((CudaStorage::wrap_cuda_slice(out, device.clone()), shape))
+    Ok(())
+}
+
+/// A view's device address.
+fn typed_pointer<T>(view: CudaView<'_, T>, stream: &Arc<CudaStream>) -> u64 {
+    view.device_ptr(stream).0
 }
 
 /// The contiguous part of a slice that a layout describes.

@@ -50,12 +50,7 @@ pub(crate) fn paged_attention(
     step: &StepTensors,
     num_heads: usize,
 ) -> Result<Tensor> {
-    let metadata = Metadata {
-        block_tables: step.block_tables.clone(),
-        context_lens: step.context_lens.clone(),
-        query_starts: step.query_starts.clone(),
-    };
-    attend(q, key_cache, value_cache, metadata, num_heads)
+    attend(q, key_cache, value_cache, Metadata::of(step), num_heads)
 }
 
 /// A step's attention metadata, all u32 on the cache's device:
@@ -65,6 +60,17 @@ pub(crate) struct Metadata {
     pub block_tables: Tensor,
     pub context_lens: Tensor,
     pub query_starts: Tensor,
+}
+
+impl Metadata {
+    /// The step's metadata tensors.
+    pub(crate) fn of(step: &StepTensors) -> Self {
+        Self {
+            block_tables: step.block_tables.clone(),
+            context_lens: step.context_lens.clone(),
+            query_starts: step.query_starts.clone(),
+        }
+    }
 }
 
 /// The attention op over explicit metadata (also the reference the CPU
