@@ -9,12 +9,14 @@
 #
 # PART (each fits in the device tool's 10 minutes per command):
 #   checks      nvidia-smi, then the three below (needs all three binaries)
-#   check-kernels  .gpu/gpu_kernels: the paged-attention kernels
+#   check-kernels  .gpu/gpu_kernels: the paged-attention kernels, the
+#                  greedy argmax and the sampler
 #   check-model    .gpu/step_bench --check (f32 small model, the 1B shape,
 #                  the Qwen2 fixture): GPU against CPU, graphs against
 #                  eager, bf16, own kernels against candle's plain ops
-#   check-server   greedy equivalence of every batching policy, and of
-#                  preemption under a forced small pool, through
+#   check-server   equivalence of every batching policy (greedy and
+#                  seeded sampled requests), and of preemption under a
+#                  forced small pool, through
 #                  `.gpu/isobench serve --device cuda:0`
 #   steps       .gpu/step_bench on the 1B and 8B shapes (STEP_MODELS),
 #               batch 1,2,4,8,16,32,64,128 (STEP_BATCHES), graphs off and
@@ -206,9 +208,12 @@ model = json.load(urllib.request.urlopen(f"{base}/v1/models"))["data"][0]["id"]
 
 def complete(i):
     # Prompts of 7..51 token ids and 24..63 new tokens: mixed lengths, so
-    # sequences join and leave batches at different steps.
+    # sequences join and leave batches at different steps. Every third
+    # request samples at random with a seed (drawn on the device).
     body = {"model": model, "prompt": [(i * 37 + k * 11) % 500 + 3 for k in range(7 + 4 * i)],
         "max_tokens": 24 + (i * 13) % 40, "temperature": 0, "ignore_eos": True}
+    if i % 3 == 2:
+        body.update({"temperature": 0.8, "top_p": 0.9, "seed": 1000 + i})
     request = urllib.request.Request(f"{base}/v1/completions", json.dumps(body).encode(),
                                  {"content-type": "application/json"})
     answer = json.load(urllib.request.urlopen(request, timeout=120))

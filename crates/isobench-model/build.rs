@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const KERNELS: [&str; 3] = ["paged_attention", "decode", "argmax"];
+const KERNELS: [&str; 4] = ["paged_attention", "decode", "argmax", "sample"];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

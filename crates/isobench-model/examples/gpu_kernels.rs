@@ -1,5 +1,5 @@
-//! GPU check of the paged-attention kernels and the greedy-token argmax
-//! (`--features cuda`, run on the GPU machine; docs/gpu.md).
+//! GPU check of the paged-attention kernels, the greedy-token argmax and
+//! the sampler (`--features cuda`, run on the GPU machine; docs/gpu.md).
 //!
 //! 1. Correctness: on fresh random inputs, the CUDA `write_kv` must leave
 //!    the cache bit-identical to the CPU kernel's (a padding slot writing
@@ -23,6 +23,13 @@
 //!    random, with the maximum planted again at a later index (a tie), NaNs
 //!    and -0/+0; then its time against candle's argmax (both bringing the
 //!    tokens to the host), mean of 100 calls.
+//! 5. `sample_tokens` on the GPU must draw what its host path draws for
+//!    the same logits and draws: 1 to 64 rows of 7, 4,097 and 128,256
+//!    columns, logits spread wide, narrow, in few distinct values (ties)
+//!    and with NaNs, temperatures 0.3 to 2.5, top_p 0.1 to 1, top_k none
+//!    to past the vocabulary; then its time with the tokens brought to the
+//!    host, beside copying the rows' logits to the host (what a server
+//!    that samples on the host does first), mean of 100 calls.
 //!
 //! One PASS/FAIL line per case, `GPU KERNELS OK` at the end; the exit code
 //! is non-zero if anything failed.
@@ -36,8 +43,8 @@ use candle_core::cuda_backend::cudarc::driver::sys::{
     CUgraphInstantiate_flags, CUstreamCaptureMode,
 };
 use candle_core::{DType, Device, Result, Tensor};
-use isobench_model::greedy_tokens;
 use isobench_model::kernels_for_checks::{paged_attention, write_kv};
+use isobench_model::{Draw, greedy_tokens, sample_tokens};
 
 const PADDING_SLOT: u32 = u32::MAX;
 
@@ -517,6 +524,102 @@ fn greedy_tokens_timing(device: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Logits of one of four kinds: spread over [-30, 30), narrow ([-2, 2)),
+/// in five distinct values (many equal weights), or narrow with NaNs.
+fn sampling_logits(random: &mut Random, len: usize, kind: usize) -> Vec<f32> {
+    let mut values = random.values(len);
+    for value in &mut values {
+        *value = match kind {
+            0 => *value * 30.0,
+            1 => *value * 2.0,
+            2 => ((*value + 1.0) * 2.5).floor(),
+            _ if random.next().is_multiple_of(50) => f32::NAN,
+            _ => *value * 2.0,
+        };
+    }
+    values
+}
+
+/// `sample_tokens` on the GPU against its host path (part 5).
+fn sample_tokens_check(device: &Device, random: &mut Random) -> Result<bool> {
+    let mut pass = true;
+    let mut case = 0usize;
+    for vocab in [7, 4097, 128_256] {
+        for rows in [1, 5, 64] {
+            for kind in 0..4 {
+                case += 1;
+                let logits = sampling_logits(random, rows * vocab, kind);
+                let host = Tensor::from_vec(logits, (rows, vocab), &Device::Cpu)?;
+                let draws: Vec<Draw> = (0..rows)
+                    .map(|row| Draw {
+                        temperature: [0.3, 0.7, 1.0, 2.5][(case + row) % 4],
+                        top_p: [1.0, 0.95, 0.5, 0.1, 0.999][(case + row) % 5],
+                        top_k: [None, Some(1), Some(3), Some(50), Some(vocab + 1)]
+                            [(case / 2 + row) % 5],
+                        uniform: (random.next() >> 40) as f32 / (1u64 << 24) as f32,
+                    })
+                    .collect();
+                let want = sample_tokens(&host, &draws).map_err(candle_core::Error::wrap)?;
+                let got = sample_tokens(&host.to_device(device)?, &draws)
+                    .map_err(candle_core::Error::wrap)?;
+                let same = got == want;
+                pass &= same;
+                println!(
+                    "{} sampled tokens, {rows} rows of {vocab}, logits kind {kind}: {}",
+                    if same { "PASS" } else { "FAIL" },
+                    if same {
+                        "as on the host".to_string()
+                    } else {
+                        let wrong: Vec<String> = (0..rows)
+                            .filter(|&row| got[row] != want[row])
+                            .map(|row| {
+                                format!(
+                                    "row {row} {:?}: {} not {}",
+                                    draws[row], got[row], want[row]
+                                )
+                            })
+                            .collect();
+                        wrong.join("; ")
+                    }
+                );
+            }
+        }
+    }
+    Ok(pass)
+}
+
+/// `sample_tokens` on the GPU, beside bringing the rows' logits to the host.
+fn sample_tokens_timing(device: &Device) -> Result<()> {
+    const ITERATIONS: u32 = 100;
+    println!(
+        "sampled tokens of f32 logits, 128,256 columns, T 0.7, top_p 0.95 (mean of {ITERATIONS}):"
+    );
+    for rows in [1, 8, 64] {
+        let logits = (Tensor::randn(0f32, 1f32, (rows, 128_256), device)? * 3.0)?;
+        let draws = vec![
+            Draw {
+                temperature: 0.7,
+                top_p: 0.95,
+                top_k: None,
+                uniform: 0.5,
+            };
+            rows
+        ];
+        let copy = mean_seconds(device, ITERATIONS, || logits.to_vec2::<f32>().map(drop))?;
+        let own = mean_seconds(device, ITERATIONS, || {
+            sample_tokens(&logits, &draws)
+                .map(drop)
+                .map_err(candle_core::Error::wrap)
+        })?;
+        println!(
+            "  {rows:>3} rows: logits to the host {:.1} us, sample_tokens {:.1} us",
+            copy * 1e6,
+            own * 1e6,
+        );
+    }
+    Ok(())
+}
+
 /// Mean seconds per call of `run` over `iterations`, after 10 warm-up
 /// calls: host clock between two synchronisations.
 fn mean_seconds(device: &Device, iterations: u32, run: impl Fn() -> Result<()>) -> Result<f64> {
@@ -581,5 +684,7 @@ fn run() -> Result<bool> {
     timing::<512>(&device, &mut random, 131_072 / 16, &[1, 8, 64])?;
     let greedy = greedy_tokens_check(&device, &mut random)?;
     greedy_tokens_timing(&device)?;
-    Ok(correct && graph && greedy)
+    let sampled = sample_tokens_check(&device, &mut random)?;
+    sample_tokens_timing(&device)?;
+    Ok(correct && graph && greedy && sampled)
 }

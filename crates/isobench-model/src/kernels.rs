@@ -28,6 +28,7 @@ pub(crate) enum Source {
     Argmax,
     Decode,
     PagedAttention,
+    Sample,
 }
 
 impl Source {
@@ -38,6 +39,7 @@ impl Source {
             Source::PagedAttention => {
                 include_bytes!(concat!(env!("OUT_DIR"), "/paged_attention.fatbin"))
             }
+            Source::Sample => include_bytes!(concat!(env!("OUT_DIR"), "/sample.fatbin")),
         }
     }
 }

@@ -42,13 +42,13 @@
 //! (SIMD projections, one thread pool, reused buffers), `rope` its rotary
 //! embeddings, `paged_attention` its CPU and CUDA kernels, `decode` the
 //! CUDA kernels of single-token steps, `argmax` the greedy token of each
-//! row of logits, `kernels` loads the CUDA modules and launches the
-//! dependent ones, `cache` the KV storage, `step` turns a [`StepBatch`]
-//! into tensors, `graph` captures and replays decode steps (CUDA builds),
-//! `timer` times steps with CUDA events, `host_copy` brings logits to the
-//! host through a reused (on a GPU, page-locked) buffer, `device` opens
-//! devices, `tokenizer` and `incremental` handle text. docs/models.md is
-//! the user-facing description.
+//! row of logits, `sample` a token drawn at random from each, `kernels`
+//! loads the CUDA modules and launches the dependent ones, `cache` the KV
+//! storage, `step` turns a [`StepBatch`] into tensors, `graph` captures and
+//! replays decode steps (CUDA builds), `timer` times steps with CUDA
+//! events, `host_copy` brings logits to the host through a reused
+//! (on a GPU, page-locked) buffer, `device` opens devices, `tokenizer` and
+//! `incremental` handle text. docs/models.md is the user-facing description.
 
 mod argmax;
 mod batch;
@@ -71,6 +71,7 @@ mod llama;
 mod options;
 mod paged_attention;
 mod rope;
+mod sample;
 mod seeded;
 mod step;
 mod timer;
@@ -89,6 +90,7 @@ pub use gguf::export::{Exported, GgufType, export_gguf};
 pub use host_copy::HostBuffer;
 pub use incremental::IncrementalDecoder;
 pub use options::{DEFAULT_GRAPH_BUCKETS, ModelOptions, StepStats};
+pub use sample::{Draw, sample_tokens};
 pub use tokenizer::Tokenizer;
 pub use warm_up::warm_up;
 pub use weights::WeightCache;

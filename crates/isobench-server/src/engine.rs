@@ -33,7 +33,7 @@ use crate::error::ServerError;
 use crate::metrics::{Metrics, StepPhase};
 use crate::sampler::Sampler;
 use crate::scheduler::{Schedule, Sequence, State, StepSummary};
-use crate::step_logits::{RowLogits, StepLogits};
+use crate::step_logits::{RandomRows, RowLogits, StepLogits};
 use crate::stop::{StopMatcher, StopOutcome};
 use crate::validate::ValidRequest;
 
@@ -328,9 +328,14 @@ impl Engine {
             stats.device_time,
         );
         let read_started = Instant::now();
-        let random_rows = self.random_rows();
         let mut buffer = std::mem::take(&mut self.logits_buffer);
-        let logits = logits.and_then(|logits| StepLogits::read(&logits, random_rows, &mut buffer));
+        let logits = match logits {
+            Ok(logits) => {
+                let random = self.random_rows(!logits.device().is_cpu());
+                StepLogits::read(&logits, random, &mut buffer)
+            }
+            Err(err) => Err(err),
+        };
         self.metrics
             .observe_step(StepPhase::Logits, read_started.elapsed());
         let sample_started = Instant::now();
@@ -348,23 +353,43 @@ impl Engine {
     }
 
     /// The rows of this step whose sequences sample at random (the others
-    /// are greedy, or not at their last token), ascending.
-    fn random_rows(&self) -> Vec<u32> {
-        let running = self.state.running();
-        (0..self.state.rows().len())
+    /// are greedy, or not at their last token), ascending; with `draw`
+    /// (the device samples), each row's draw, which advances its
+    /// sequence's RNG as a draw on the host does.
+    fn random_rows(&mut self, draw: bool) -> RandomRows {
+        let rows: Vec<u32> = (0..self.state.rows().len())
             .filter(|&index| {
                 let row = self.state.rows()[index];
-                row.samples && !running[row.running_index].payload.sampler.is_greedy()
+                row.samples
+                    && !self.state.running()[row.running_index]
+                        .payload
+                        .sampler
+                        .is_greedy()
             })
             .map(|index| index as u32)
-            .collect()
+            .collect();
+        let draws = if draw {
+            rows.iter()
+                .map(|&index| {
+                    let running_index = self.state.rows()[index as usize].running_index;
+                    self.state.running_mut()[running_index]
+                        .payload
+                        .sampler
+                        .draw()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        RandomRows { rows, draws }
     }
 
     /// Samples the next token of every row whose step reached its last token.
     ///
-    /// The draws run first, in parallel when more than one row samples at
-    /// random (a draw reads a whole row of logits: about a millisecond for
-    /// a 128k vocabulary). Each sequence has its own sampler, so what it
+    /// On the CPU, the draws run first, in parallel when more than one row
+    /// samples at random (a draw reads a whole row of logits: about half a
+    /// millisecond for a 128k vocabulary); on a GPU every token is already
+    /// chosen. Each sequence has its own sampler, so what it
     /// draws does not depend on the others or on the order.
     fn sample_rows(&mut self, logits: &StepLogits) {
         let mut row_of_sequence = vec![None; self.state.running().len()];

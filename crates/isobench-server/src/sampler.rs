@@ -15,11 +15,17 @@
 //! tokens are ordered. The draw then walks the vocabulary in id order
 //! over the tokens that rank at or before that boundary. Its buffers are
 //! kept per thread between tokens: no allocation per token.
+//!
+//! On a GPU the device draws by the same rules
+//! ([`isobench_model::sample_tokens`], with the uniform number from
+//! [`Sampler::draw`]), so a seed gives the same tokens there, except where
+//! two sums of weights differ by less than their rounding (the device sums
+//! in fixed point, the host in f64).
 
 use std::cell::RefCell;
 
 use isobench_common::math::exp;
-use isobench_model::argmax;
+use isobench_model::{Draw, argmax};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -80,6 +86,19 @@ impl Sampler {
     /// Whether this sampler takes the argmax (which a GPU can take for it).
     pub fn is_greedy(&self) -> bool {
         self.params.is_greedy()
+    }
+
+    /// The next token's draw for a device that samples
+    /// ([`isobench_model::sample_tokens`]): the parameters and the next
+    /// uniform number of this sequence's RNG, which [`Sampler::sample`]
+    /// would have drawn. For a sampler that is not greedy.
+    pub fn draw(&mut self) -> Draw {
+        Draw {
+            temperature: self.params.temperature,
+            top_p: self.params.top_p,
+            top_k: self.params.top_k,
+            uniform: self.rng.random::<f32>(),
+        }
     }
 
     /// Picks the next token from one sequence's logits over the vocabulary.
@@ -420,6 +439,37 @@ mod tests {
                 (share(id) - expected).abs() < 0.015,
                 "token {id}: {counts:?}"
             );
+        }
+    }
+
+    #[test]
+    fn the_device_rules_draw_what_the_host_draws() {
+        // isobench_model::sample_tokens' host path is the GPU kernel's
+        // reference: from the same seed, Sampler::draw and it give what
+        // Sampler::sample gives.
+        let mut rng = StdRng::seed_from_u64(21);
+        for case in 0..200 {
+            let vocab = [5, 300, 4096][case % 3];
+            let logits: Vec<f32> = (0..vocab)
+                .map(|_| match case % 4 {
+                    0 => rng.random_range(-20.0..20.0),
+                    1 => f32::from(rng.random_range(0_u8..4)),
+                    _ => rng.random_range(-2.0..2.0),
+                })
+                .collect();
+            let p = params(
+                [0.3, 0.7, 1.0, 2.5][case % 4],
+                [1.0, 0.95, 0.5, 0.1][(case / 4) % 4],
+                [None, Some(2), Some(40)][(case / 16) % 3],
+                case as u64,
+            );
+            let on_host = Sampler::new(p).sample(&logits);
+            let draw = Sampler::new(p).draw();
+            let tensor =
+                candle_core::Tensor::from_slice(&logits, (1, vocab), &candle_core::Device::Cpu)
+                    .unwrap();
+            let by_device_rules = isobench_model::sample_tokens(&tensor, &[draw]).unwrap();
+            assert_eq!(by_device_rules, vec![on_host], "case {case}: {p:?}");
         }
     }
 

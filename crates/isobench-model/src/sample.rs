@@ -1,0 +1,339 @@
+//! A token drawn at random from each row of a step's logits, with the
+//! row's temperature, top_k, top_p and a uniform number its sequence drew.
+//!
+//! The draw, per row: weights `e^((logit - max) / T)` in [0, 1] (NaN
+//! weighs 0), with isobench-common's `exp`; the tokens ranked heaviest
+//! first, equal weights by the lower id; the ranking cut after the `top_k`
+//! tokens and after the shortest prefix whose weight reaches `top_p` of
+//! what `top_k` kept (the earlier cut wins); then the first kept token, in
+//! id order, at which the kept weights' running sum reaches `uniform`
+//! times their total (and is above 0: a token of weight 0 is never drawn;
+//! in a row without any weight, token 0 is). Sums are of weights in fixed point (units of
+//! 2^-40), so they are exact whatever the order of summing: the GPU's
+//! threads and [`sample_tokens`]' host path draw the same tokens. The
+//! server's host sampler (isobench-server's sampler.rs) follows the same
+//! rules with f64 sums, so it draws the same tokens too, except where two
+//! sums of the weights differ by less than their rounding.
+//!
+//! On a GPU, [`sample_tokens`] is one kernel of this crate
+//! (kernels/sample.cu, which says how) and a copy of 4 bytes a row to the
+//! host, instead of the row's logits (512 KB for a 128k vocabulary) and
+//! about a millisecond of the host's time a row. Elsewhere the rows are
+//! drawn on the host, by the reference the kernel is checked against
+//! (examples/gpu_kernels.rs), which sorts each row.
+
+use candle_core::{DType, Tensor};
+use isobench_common::math::exp;
+
+use crate::ModelError;
+
+/// How one row draws its token.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Draw {
+    /// Above 0 (a greedy row takes [`crate::greedy_tokens`]).
+    pub temperature: f32,
+    /// In (0, 1]; 1 keeps every token.
+    pub top_p: f32,
+    /// `None` keeps every token; at least 1.
+    pub top_k: Option<usize>,
+    /// The sequence's draw, in [0, 1).
+    pub uniform: f32,
+}
+
+/// The largest vocabulary: the fixed-point sums of a row stay below 2^63.
+const MAX_VOCAB: usize = 1 << 23;
+/// One weight of 1 in the fixed point of the sums.
+const FIXED_ONE: f64 = (1u64 << 40) as f64;
+
+/// One token per row of `logits` [rows, vocab], row `i` drawn as
+/// `draws[i]` says.
+pub fn sample_tokens(logits: &Tensor, draws: &[Draw]) -> Result<Vec<u32>, ModelError> {
+    let (rows, vocab) = logits.dims2()?;
+    check(rows, vocab, draws)?;
+    #[cfg(feature = "cuda")]
+    if let candle_core::Device::Cuda(device) = logits.device() {
+        return Ok(cuda::sample_tokens(device, logits, draws)?);
+    }
+    let rows = logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+    Ok(rows
+        .iter()
+        .zip(draws)
+        .map(|(row, draw)| draw_row(row, draw))
+        .collect())
+}
+
+/// Why these rows cannot be drawn, if they cannot.
+fn check(rows: usize, vocab: usize, draws: &[Draw]) -> Result<(), ModelError> {
+    let error = |message: String| Err(candle_core::Error::Msg(message).into());
+    if draws.len() != rows {
+        return error(format!("{} draws for {rows} rows of logits", draws.len()));
+    }
+    if vocab == 0 || vocab > MAX_VOCAB {
+        return error(format!(
+            "sampling from logits with {vocab} columns; accepted: 1 to {MAX_VOCAB}"
+        ));
+    }
+    for draw in draws {
+        // Written so that NaN is never accepted.
+        let valid = draw.temperature.is_finite()
+            && draw.temperature > 0.0
+            && draw.top_p > 0.0
+            && draw.top_p <= 1.0
+            && draw.top_k != Some(0)
+            && (0.0..1.0).contains(&draw.uniform);
+        if !valid {
+            return error(format!(
+                "cannot sample with {draw:?}; accepted: a finite temperature above 0, top_p in \
+                 (0, 1], top_k of at least 1, uniform in [0, 1)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A weight in the sums' fixed point (truncated, as the kernel does).
+fn fixed(weight: f32) -> u64 {
+    (f64::from(weight) * FIXED_ONE) as u64
+}
+
+/// The draw of one row on the host, by sorting the row.
+fn draw_row(logits: &[f32], draw: &Draw) -> u32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let inv_t = 1.0 / draw.temperature;
+    let weights: Vec<f32> = logits
+        .iter()
+        .map(|&logit| {
+            let w = exp((logit - max) * inv_t);
+            if w >= 0.0 { w.min(1.0) } else { 0.0 }
+        })
+        .collect();
+    let mut ranked: Vec<u32> = (0..weights.len() as u32).collect();
+    ranked.sort_by(|&a, &b| {
+        weights[b as usize]
+            .total_cmp(&weights[a as usize])
+            .then(a.cmp(&b))
+    });
+    // How many tokens of the ranking are kept, and their fixed-point mass.
+    let mut kept = draw.top_k.map_or(ranked.len(), |k| k.min(ranked.len()));
+    let mass_of = |count: usize| -> u64 {
+        ranked[..count]
+            .iter()
+            .map(|&id| fixed(weights[id as usize]))
+            .sum()
+    };
+    if draw.top_p < 1.0 {
+        let target = (f64::from(draw.top_p) * mass_of(kept) as f64).ceil() as u64;
+        let mut reached = 0u64;
+        if let Some(last) = ranked[..kept].iter().position(|&id| {
+            reached += fixed(weights[id as usize]);
+            reached >= target
+        }) {
+            kept = last + 1;
+        }
+    }
+    let mut in_set = vec![false; weights.len()];
+    for &id in &ranked[..kept] {
+        in_set[id as usize] = true;
+    }
+    let target = draw_target(draw.uniform, mass_of(kept));
+    let mut sum = 0u64;
+    for (id, &weight) in weights.iter().enumerate() {
+        if in_set[id] {
+            sum += fixed(weight);
+            if sum >= target {
+                return id as u32;
+            }
+        }
+    }
+    // No weight kept at all (a row of NaN or infinities): every token
+    // weighs the same, and the first is kept.
+    0
+}
+
+/// What the running sum of the kept weights must reach: `uniform` of
+/// their mass, and more than nothing (a token that weighs nothing is
+/// never drawn).
+fn draw_target(uniform: f32, mass: u64) -> u64 {
+    ((f64::from(uniform) * mass as f64).ceil() as u64).max(1)
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::{CudaDevice, WrapErr};
+    use candle_core::{DType, Result, Storage, Tensor, bail};
+
+    use super::Draw;
+    use crate::kernels::{Source, kernel};
+    use crate::paged_attention::cuda::grid;
+
+    /// Threads per block (`THREADS` in kernels/sample.cu).
+    const THREADS: u32 = 512;
+
+    /// A row's draw as the kernel reads it (`Draw` in kernels/sample.cu).
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct RowDraw {
+        inv_temperature: f32,
+        top_p: f32,
+        top_k: u32,
+        uniform: f32,
+    }
+
+    // SAFETY: four 4-byte fields, no padding, any bits valid.
+    unsafe impl DeviceRepr for RowDraw {}
+
+    pub(super) fn sample_tokens(
+        device: &CudaDevice,
+        logits: &Tensor,
+        draws: &[Draw],
+    ) -> Result<Vec<u32>> {
+        let logits = logits.to_dtype(DType::F32)?.contiguous()?;
+        let (rows, vocab) = logits.dims2()?;
+        if rows == 0 {
+            return Ok(Vec::new());
+        }
+        let rows_arg = grid(rows, "rows of logits")?;
+        let vocab_arg = i32::try_from(vocab).map_err(candle_core::Error::wrap)?;
+        let row_draws: Vec<RowDraw> = draws
+            .iter()
+            .map(|draw| RowDraw {
+                inv_temperature: 1.0 / draw.temperature,
+                top_p: draw.top_p,
+                // Keeping every token or more is no cut (0).
+                top_k: draw.top_k.filter(|&k| k < vocab).map_or(0, |k| k as u32),
+                uniform: draw.uniform,
+            })
+            .collect();
+        let (storage, layout) = logits.storage_and_layout();
+        let Storage::Cuda(storage) = &*storage else {
+            bail!("sampling: the logits are not on the GPU")
+        };
+        let values = storage
+            .as_cuda_slice::<f32>()?
+            .slice(layout.start_offset()..);
+        let sample = kernel(device, Source::Sample, "sample_f32")?;
+        let stream = &sample.stream;
+        let row_draws = stream.clone_htod(&row_draws).w()?;
+        // SAFETY: the kernel writes every weight of every row before it
+        // reads it, and one token per row.
+        let mut weights = unsafe { stream.alloc::<f32>(rows * vocab) }.w()?;
+        let mut tokens = unsafe { stream.alloc::<u32>(rows) }.w()?;
+        let config = LaunchConfig {
+            grid_dim: (rows_arg, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = sample.builder();
+        launch
+            .arg(&values)
+            .arg(&mut weights)
+            .arg(&row_draws)
+            .arg(&mut tokens)
+            .arg(&vocab_arg);
+        // SAFETY: `values` holds rows x vocab f32 (contiguous, from its
+        // offset), `weights` as many, `row_draws` and `tokens` one per row;
+        // the kernel reads and writes nothing else.
+        unsafe { launch.launch(config) }.w()?;
+        stream.clone_dtoh(&tokens).w()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn draw(temperature: f32, top_p: f32, top_k: Option<usize>, uniform: f32) -> Draw {
+        Draw {
+            temperature,
+            top_p,
+            top_k,
+            uniform,
+        }
+    }
+
+    fn one(row: &[f32], d: Draw) -> u32 {
+        let logits = Tensor::from_slice(row, (1, row.len()), &Device::Cpu).unwrap();
+        sample_tokens(&logits, &[d]).unwrap()[0]
+    }
+
+    #[test]
+    fn the_uniform_walks_the_kept_tokens_in_id_order() {
+        // Weights 1, e^-1, e^-2 (0.665, 0.245, 0.090 of their sum) and a
+        // negligible rest, at T = 1 with every token kept.
+        let row = [-1.0, 0.0, -40.0, -2.0];
+        assert_eq!(one(&row, draw(1.0, 1.0, None, 0.0)), 0);
+        assert_eq!(one(&row, draw(1.0, 1.0, None, 0.20)), 0);
+        // Token 2 weighs (next to) nothing: never drawn.
+        assert_eq!(one(&[-40.0, 0.0], draw(1.0, 1.0, None, 0.0)), 1);
+        assert_eq!(one(&row, draw(1.0, 1.0, None, 0.30)), 1);
+        assert_eq!(one(&row, draw(1.0, 1.0, None, 0.90)), 1);
+        assert_eq!(one(&row, draw(1.0, 1.0, None, 0.95)), 3);
+        assert_eq!(one(&row, draw(1.0, 1.0, None, 0.999_999)), 3);
+    }
+
+    #[test]
+    fn top_k_and_top_p_cut_the_ranking() {
+        let row = [-1.0, 0.0, -40.0, -2.0];
+        // top_k 1 keeps the heaviest whatever the uniform.
+        for uniform in [0.0, 0.5, 0.99] {
+            assert_eq!(one(&row, draw(1.0, 1.0, Some(1), uniform)), 1);
+        }
+        // top_k 2 keeps tokens 1 and 0 (0.731 and 0.269 of their sum).
+        assert_eq!(one(&row, draw(1.0, 1.0, Some(2), 0.25)), 0);
+        assert_eq!(one(&row, draw(1.0, 1.0, Some(2), 0.30)), 1);
+        assert_eq!(one(&row, draw(1.0, 1.0, Some(2), 0.99)), 1);
+        // top_p 0.5 keeps token 1 alone (0.665 of the mass), 0.9 tokens 1
+        // and 0 (0.910), 0.95 tokens 1, 0 and 3.
+        assert_eq!(one(&row, draw(1.0, 0.5, None, 0.99)), 1);
+        assert_eq!(one(&row, draw(1.0, 0.9, None, 0.99)), 1);
+        assert_eq!(one(&row, draw(1.0, 0.9, None, 0.2)), 0);
+        assert_eq!(one(&row, draw(1.0, 0.95, None, 0.99)), 3);
+        // With both, the earlier cut: top_k 3 and top_p 0.5 keep one.
+        assert_eq!(one(&row, draw(1.0, 0.5, Some(3), 0.99)), 1);
+    }
+
+    #[test]
+    fn equal_weights_rank_by_id_and_nan_weighs_nothing() {
+        let row = [f32::NAN, 2.0, 2.0, 2.0, f32::NAN];
+        // Three equal tokens: top_k 2 keeps ids 1 and 2.
+        assert_eq!(one(&row, draw(0.7, 1.0, Some(2), 0.99)), 2);
+        assert_eq!(one(&row, draw(0.7, 1.0, Some(2), 0.1)), 1);
+        for uniform in [0.0, 0.4, 0.7, 0.999] {
+            let token = one(&row, draw(0.7, 1.0, None, uniform));
+            assert!((1..=3).contains(&token), "{token}");
+        }
+        // A row of NaN only: every weight is 0, the first token.
+        assert_eq!(one(&[f32::NAN; 3], draw(1.0, 0.9, None, 0.5)), 0);
+    }
+
+    #[test]
+    fn each_row_draws_with_its_own_parameters() {
+        let logits = Tensor::new(&[[0.0f32, 5.0, 0.0], [5.0, 0.0, 0.0]], &Device::Cpu).unwrap();
+        let tokens = sample_tokens(
+            &logits,
+            &[draw(0.5, 1.0, Some(1), 0.3), draw(0.5, 0.5, None, 0.9)],
+        )
+        .unwrap();
+        assert_eq!(tokens, vec![1, 0]);
+    }
+
+    #[test]
+    fn bad_draws_are_errors_that_say_what_is_accepted() {
+        let logits = Tensor::zeros((1, 4), DType::F32, &Device::Cpu).unwrap();
+        for bad in [
+            draw(0.0, 1.0, None, 0.5),
+            draw(f32::NAN, 1.0, None, 0.5),
+            draw(1.0, 0.0, None, 0.5),
+            draw(1.0, 1.5, None, 0.5),
+            draw(1.0, 1.0, Some(0), 0.5),
+            draw(1.0, 1.0, None, 1.0),
+        ] {
+            let err = sample_tokens(&logits, &[bad]).unwrap_err().to_string();
+            assert!(err.contains("accepted"), "{bad:?}: {err}");
+        }
+        let err = sample_tokens(&logits, &[]).unwrap_err().to_string();
+        assert!(err.contains("0 draws for 1 rows"), "{err}");
+    }
+}
