@@ -168,7 +168,7 @@ mod cuda {
     use crate::paged_attention::cuda::grid;
 
     /// Threads per block (`THREADS` in kernels/sample.cu).
-    const THREADS: u32 = 512;
+    const THREADS: u32 = 1024;
 
     /// A row's draw as the kernel reads it (`Draw` in kernels/sample.cu).
     #[repr(C)]
