@@ -40,6 +40,15 @@ pub struct Draw {
     pub uniform: f32,
 }
 
+impl Draw {
+    /// 1 / T, at most the largest f32: at a temperature so small that its
+    /// inverse overflows, the heaviest token weighs 1 and the others 0 (an
+    /// infinite inverse would make it 0 * inf, NaN, and weigh nothing).
+    pub fn inverse_temperature(&self) -> f32 {
+        (1.0 / self.temperature).min(f32::MAX)
+    }
+}
+
 /// The largest vocabulary: the fixed-point sums of a row stay below 2^63.
 const MAX_VOCAB: usize = 1 << 23;
 /// One weight of 1 in the fixed point of the sums.
@@ -99,7 +108,7 @@ fn fixed(weight: f32) -> u64 {
 /// The draw of one row on the host, by sorting the row.
 fn draw_row(logits: &[f32], draw: &Draw) -> u32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let inv_t = 1.0 / draw.temperature;
+    let inv_t = draw.inverse_temperature();
     let weights: Vec<f32> = logits
         .iter()
         .map(|&logit| {
@@ -198,7 +207,7 @@ mod cuda {
         let row_draws: Vec<RowDraw> = draws
             .iter()
             .map(|draw| RowDraw {
-                inv_temperature: 1.0 / draw.temperature,
+                inv_temperature: draw.inverse_temperature(),
                 top_p: draw.top_p,
                 // Keeping every token or more is no cut (0).
                 top_k: draw.top_k.filter(|&k| k < vocab).map_or(0, |k| k as u32),
@@ -306,6 +315,17 @@ mod tests {
         }
         // A row of NaN only: every weight is 0, the first token.
         assert_eq!(one(&[f32::NAN; 3], draw(1.0, 0.9, None, 0.5)), 0);
+    }
+
+    #[test]
+    fn a_vanishing_temperature_takes_the_heaviest_token() {
+        let row = [0.5, 2.0, 1.0, 1.9];
+        for temperature in [1e-45, 1e-30, 1e-3] {
+            for uniform in [0.0, 0.5, 0.99] {
+                assert_eq!(one(&row, draw(temperature, 1.0, None, uniform)), 1);
+                assert_eq!(one(&row, draw(temperature, 0.9, Some(3), uniform)), 1);
+            }
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::{CausalLm, KvCache, ModelError, SeqStep, StepBatch, greedy_tokens};
 /// model's context is smaller).
 const PROMPT_TOKENS: usize = 16;
 
-/// Runs a prefill of up to [`PROMPT_TOKENS`] tokens and one decode step of
+/// Runs a prefill of up to 16 tokens (`PROMPT_TOKENS`) and one decode step of
 /// one sequence in `cache`'s first blocks, waits for both, and returns how
 /// long they took; `None` when the pool or the model's context holds fewer
 /// than two tokens, so there is nothing to run.

@@ -119,7 +119,7 @@ impl Sampler {
 /// Softmax sampling over the whole vocabulary, without a buffer; `uniform`
 /// is the draw in [0, 1).
 fn sample_full(logits: &[f32], temperature: f32, uniform: f32) -> u32 {
-    let inv_t = 1.0 / temperature;
+    let inv_t = inverse(temperature);
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let total: f32 = logits.iter().map(|&l| exp((l - max) * inv_t)).sum();
     let mut target = uniform * total;
@@ -130,6 +130,12 @@ fn sample_full(logits: &[f32], temperature: f32, uniform: f32) -> u32 {
         }
     }
     argmax(logits)
+}
+
+/// 1 / T, at most the largest f32, as the device's draw takes it
+/// ([`isobench_model::Draw::inverse_temperature`]).
+fn inverse(temperature: f32) -> f32 {
+    (1.0 / temperature).min(f32::MAX)
 }
 
 /// A token's place in the heaviest-first order: the larger weight first,
@@ -216,7 +222,7 @@ impl Scratch {
     /// and the weight of all tokens kept.
     fn cut(&mut self, params: &SamplingParams, logits: &[f32]) -> (Rank, f64) {
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        self.weigh(logits, max, 1.0 / params.temperature);
+        self.weigh(logits, max, inverse(params.temperature));
         let mut cut = (Rank::LAST, self.mass.iter().sum());
         if let Some(k) = params.top_k.filter(|&k| k < logits.len()) {
             cut = self.boundary(k as f64, Measure::Count);
@@ -458,7 +464,7 @@ mod tests {
                 })
                 .collect();
             let p = params(
-                [0.3, 0.7, 1.0, 2.5][case % 4],
+                [0.3, 0.7, 1.0, 2.5, 1e-45][case % 5],
                 [1.0, 0.95, 0.5, 0.1][(case / 4) % 4],
                 [None, Some(2), Some(40)][(case / 16) % 3],
                 case as u64,

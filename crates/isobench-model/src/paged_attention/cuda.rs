@@ -424,38 +424,31 @@ fn launch<T: Elem>(
     }
     let device = &q.device;
     let stream = device.cuda_stream();
-    let tables = typed_pointer(
-        contiguous(
-            tables.as_cuda_slice::<u32>()?,
-            tables_layout,
-            "block_tables",
-        )?,
+    let address = |slice, layout, what| view_address(slice, layout, what, &stream);
+    let tables = address(
+        tables.as_cuda_slice::<u32>()?,
+        tables_layout,
+        "block_tables",
+    )?;
+    let lens = address(lens.as_cuda_slice::<u32>()?, lens_layout, "context_lens")?;
+    let starts = address(
+        starts.as_cuda_slice::<u32>()?,
+        starts_layout,
+        "query_starts",
+    )?;
+    let q = view_address(q.as_cuda_slice::<T>()?, q_layout, "queries", &stream)?;
+    let keys = view_address(
+        keys.as_cuda_slice::<T>()?,
+        keys_layout,
+        "key cache",
         &stream,
-    );
-    let lens = typed_pointer(
-        contiguous(lens.as_cuda_slice::<u32>()?, lens_layout, "context_lens")?,
+    )?;
+    let values = view_address(
+        values.as_cuda_slice::<T>()?,
+        values_layout,
+        "value cache",
         &stream,
-    );
-    let starts = typed_pointer(
-        contiguous(
-            starts.as_cuda_slice::<u32>()?,
-            starts_layout,
-            "query_starts",
-        )?,
-        &stream,
-    );
-    let q = typed_pointer(
-        contiguous(q.as_cuda_slice::<T>()?, q_layout, "queries")?,
-        &stream,
-    );
-    let keys = typed_pointer(
-        contiguous(keys.as_cuda_slice::<T>()?, keys_layout, "key cache")?,
-        &stream,
-    );
-    let values = typed_pointer(
-        contiguous(values.as_cuda_slice::<T>()?, values_layout, "value cache")?,
-        &stream,
-    );
+    )?;
 
     let Plan {
         shapes,
@@ -534,9 +527,14 @@ fn launch<T: Elem>(
     Ok(())
 }
 
-/// A view's device address.
-fn typed_pointer<T>(view: CudaView<'_, T>, stream: &Arc<CudaStream>) -> u64 {
-    view.device_ptr(stream).0
+/// The device address of the part of `slice` that `layout` describes.
+fn view_address<T>(
+    slice: &CudaSlice<T>,
+    layout: &Layout,
+    what: &str,
+    stream: &Arc<CudaStream>,
+) -> Result<u64> {
+    Ok(contiguous(slice, layout, what)?.device_ptr(stream).0)
 }
 
 /// The contiguous part of a slice that a layout describes.
