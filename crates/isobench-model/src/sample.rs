@@ -8,12 +8,13 @@
 //! what `top_k` kept (the earlier cut wins); then the first kept token, in
 //! id order, at which the kept weights' running sum reaches `uniform`
 //! times their total (and is above 0: a token of weight 0 is never drawn;
-//! in a row without any weight, token 0 is). Sums are of weights in fixed point (units of
-//! 2^-40), so they are exact whatever the order of summing: the GPU's
-//! threads and [`sample_tokens`]' host path draw the same tokens. The
-//! server's host sampler (isobench-server's sampler.rs) follows the same
-//! rules with f64 sums, so it draws the same tokens too, except where two
-//! sums of the weights differ by less than their rounding.
+//! in a row without any weight, token 0 is). Sums are of weights in fixed
+//! point (units of 2^-40), so they are exact whatever the order of
+//! summing: the GPU's threads and [`sample_tokens`]' host path draw the
+//! same tokens. The server's host sampler (isobench-server's sampler.rs)
+//! follows the same rules with f64 sums, so it draws the same tokens too,
+//! except where two sums of the weights differ by less than their rounding
+//! (and where it meets a token or a row without weight).
 //!
 //! On a GPU, [`sample_tokens`] is one kernel of this crate
 //! (kernels/sample.cu, which says how) and a copy of 4 bytes a row to the
