@@ -26,15 +26,12 @@
 //! attention's output and partials, the SwiGLU activations, the logits)
 //! is allocated before its first kernel and reused by every layer.
 
-use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DevicePtr, LaunchConfig};
-use candle_core::op::BackpropOp;
-use candle_core::{CudaDevice, CudaStorage, DType, Module, Result, Storage, Tensor, bail};
+use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
+use candle_core::{DType, Module, Result, Tensor, bail};
 use candle_nn::{Embedding, Linear};
-use half::{bf16, f16};
 
 use crate::KvCache;
-use crate::kernels::{self, Arg, Source};
+use crate::kernels::{self, Arg, Source, device_ptr, empty};
 use crate::paged_attention::Metadata;
 use crate::paged_attention::cuda::{Buffers, attend_into, grid, int};
 use crate::step::StepTensors;
@@ -399,49 +396,6 @@ fn dtype_name(dtype: DType) -> Result<&'static str> {
         DType::BF16 => "bf16",
         other => bail!("decode kernels: no kernels for {other:?}"),
     })
-}
-
-/// An uninitialised tensor on `device`; the kernel that receives it
-/// writes every element it later reads.
-fn empty(device: &CudaDevice, dtype: DType, shape: (usize, usize)) -> Result<Tensor> {
-    let len = shape.0 * shape.1;
-    // SAFETY: see above: every element is written by the launch that takes
-    // the tensor as its output, before any other launch reads it.
-    let storage = unsafe {
-        match dtype {
-            DType::F32 => CudaStorage::wrap_cuda_slice(device.alloc::<f32>(len)?, device.clone()),
-            DType::F16 => CudaStorage::wrap_cuda_slice(device.alloc::<f16>(len)?, device.clone()),
-            DType::BF16 => CudaStorage::wrap_cuda_slice(device.alloc::<bf16>(len)?, device.clone()),
-            other => bail!("decode kernels: no kernels for {other:?}"),
-        }
-    };
-    Ok(Tensor::from_storage(
-        Storage::Cuda(storage),
-        shape,
-        BackpropOp::none(),
-        false,
-    ))
-}
-
-/// The device address of a contiguous tensor's first element.
-fn device_ptr(tensor: &Tensor) -> Result<u64> {
-    let (storage, layout) = tensor.storage_and_layout();
-    let Storage::Cuda(storage) = &*storage else {
-        bail!("decode kernels: a tensor is not on the GPU")
-    };
-    if !layout.is_contiguous() {
-        bail!("decode kernels: a tensor is not contiguous");
-    }
-    let offset = (layout.start_offset() * storage.dtype().size_in_bytes()) as u64;
-    let stream = storage.device().cuda_stream();
-    let base = match storage.dtype() {
-        DType::F32 => storage.as_cuda_slice::<f32>()?.device_ptr(&stream).0,
-        DType::F16 => storage.as_cuda_slice::<f16>()?.device_ptr(&stream).0,
-        DType::BF16 => storage.as_cuda_slice::<bf16>()?.device_ptr(&stream).0,
-        DType::U32 => storage.as_cuda_slice::<u32>()?.device_ptr(&stream).0,
-        other => bail!("decode kernels: no kernels for {other:?}"),
-    };
-    Ok(base + offset)
 }
 
 /// The bias's address, or null.

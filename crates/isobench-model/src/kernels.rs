@@ -1,6 +1,8 @@
 //! This crate's CUDA modules (kernels/*.cu, compiled by build.rs into
 //! fatbins: sm_90 machine code and the PTX), each loaded once per device
-//! at its first use, and a kernel of one with the device's stream.
+//! at its first use, and a kernel of one with the device's stream; the
+//! launch of the dependent ones ([`Launch`]), and the tensors and device
+//! addresses their arguments are made of ([`empty`], [`device_ptr`]).
 //!
 //! A single-token step is a chain of about a hundred short kernels, each
 //! waiting for the one before it. [`Launch`] starts the kernels of that
@@ -15,12 +17,15 @@
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use candle_core::Result;
+use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig, sys,
+    CudaFunction, CudaModule, CudaStream, DevicePtr, LaunchArgs, LaunchConfig, sys,
 };
 use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
 use candle_core::cuda_backend::{CudaDevice, DeviceId, WrapErr};
+use candle_core::op::BackpropOp;
+use candle_core::{CudaStorage, DType, Result, Storage, Tensor, bail};
+use half::{bf16, f16};
 
 /// One of kernels/*.cu.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,4 +215,47 @@ impl<'a> Launch<'a> {
         .result()
         .w()
     }
+}
+
+/// An uninitialised tensor on `device`; the kernel that receives it
+/// writes every element it later reads.
+pub(crate) fn empty(device: &CudaDevice, dtype: DType, shape: (usize, usize)) -> Result<Tensor> {
+    let len = shape.0 * shape.1;
+    // SAFETY: see above: every element is written by the launch that takes
+    // the tensor as its output, before any other launch reads it.
+    let storage = unsafe {
+        match dtype {
+            DType::F32 => CudaStorage::wrap_cuda_slice(device.alloc::<f32>(len)?, device.clone()),
+            DType::F16 => CudaStorage::wrap_cuda_slice(device.alloc::<f16>(len)?, device.clone()),
+            DType::BF16 => CudaStorage::wrap_cuda_slice(device.alloc::<bf16>(len)?, device.clone()),
+            other => bail!("CUDA kernels: no kernels for {other:?}"),
+        }
+    };
+    Ok(Tensor::from_storage(
+        Storage::Cuda(storage),
+        shape,
+        BackpropOp::none(),
+        false,
+    ))
+}
+
+/// The device address of a contiguous tensor's first element.
+pub(crate) fn device_ptr(tensor: &Tensor) -> Result<u64> {
+    let (storage, layout) = tensor.storage_and_layout();
+    let Storage::Cuda(storage) = &*storage else {
+        bail!("CUDA kernels: a tensor is not on the GPU")
+    };
+    if !layout.is_contiguous() {
+        bail!("CUDA kernels: a tensor is not contiguous");
+    }
+    let offset = (layout.start_offset() * storage.dtype().size_in_bytes()) as u64;
+    let stream = storage.device().cuda_stream();
+    let base = match storage.dtype() {
+        DType::F32 => storage.as_cuda_slice::<f32>()?.device_ptr(&stream).0,
+        DType::F16 => storage.as_cuda_slice::<f16>()?.device_ptr(&stream).0,
+        DType::BF16 => storage.as_cuda_slice::<bf16>()?.device_ptr(&stream).0,
+        DType::U32 => storage.as_cuda_slice::<u32>()?.device_ptr(&stream).0,
+        other => bail!("CUDA kernels: no kernels for {other:?}"),
+    };
+    Ok(base + offset)
 }

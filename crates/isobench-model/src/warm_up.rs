@@ -3,8 +3,9 @@
 //! at start: on a GPU, loading each kernel module at its first use (and
 //! for modules shipped as PTX, such as candle's, the driver compiling
 //! them: the warm-up took about 16 s for the 1B shape on an H200 whose
-//! compile cache was empty, 0.2 s once it was filled, docs/performance.md), cuBLAS's set-up, and the capture of the
-//! batch-1 CUDA graph; on the CPU, the first touch of the weights' pages.
+//! compile cache was empty, 0.2 s once it was filled, docs/performance.md),
+//! cuBLAS's set-up, and the capture of the batch-1 CUDA graph; on the CPU,
+//! the first touch of the weights' pages.
 //!
 //! The steps write keys and values into the pool's first block(s). That
 //! leaves nothing behind that a later step reads: a sequence given those

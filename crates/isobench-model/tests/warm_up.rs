@@ -39,8 +39,7 @@ fn prompt_logits(model: &mut dyn CausalLm, cache: &mut KvCache) -> Vec<f32> {
             block_table: vec![0, 1],
         }],
     };
-    let logits = model.forward(&batch, cache).expect("prompt step");
-    logits.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    logits_of(model, cache, &batch)
 }
 
 /// The logits of one token at position 1 that attends to slot 0 without
@@ -56,7 +55,11 @@ fn logits_over_slot_0(model: &mut dyn CausalLm, cache: &mut KvCache) -> Vec<f32>
             block_table: vec![0],
         }],
     };
-    let logits = model.forward(&batch, cache).expect("decode step");
+    logits_of(model, cache, &batch)
+}
+
+fn logits_of(model: &mut dyn CausalLm, cache: &mut KvCache, batch: &StepBatch) -> Vec<f32> {
+    let logits = model.forward(batch, cache).expect("step");
     logits.flatten_all().unwrap().to_vec1::<f32>().unwrap()
 }
 

@@ -36,7 +36,7 @@ use half::{bf16, f16};
 
 use super::Metadata;
 use super::launch::{Shapes, THREADS};
-use crate::kernels::{Launch, Source, kernel};
+use crate::kernels::{Launch, Source, device_ptr, empty, kernel};
 
 /// Cache element types, named as in the kernels' names.
 trait Elem: CudaDType + DeviceRepr {
@@ -203,9 +203,7 @@ fn attend_typed<T: Elem>(
     launch::<T>(
         &plan,
         metadata,
-        q,
-        keys,
-        values,
+        [q, keys, values],
         (out_address, partials_address),
     )?;
     let shape = Shape::from((plan.shapes.rows, num_heads * plan.shapes.head_dim));
@@ -228,26 +226,24 @@ impl Buffers {
     /// Buffers for the attention of `q` over these caches and `metadata`.
     pub(crate) fn new(
         q: &Tensor,
-        (keys, values): (&Tensor, &Tensor),
+        caches: (&Tensor, &Tensor),
         metadata: &Metadata,
         num_heads: usize,
     ) -> Result<Self> {
-        let plan = Plan::new(
-            metadata,
-            num_heads,
-            q.layout(),
-            keys.layout(),
-            values.layout(),
-            q.dtype().size_in_bytes(),
-        )?;
-        let device = q.device();
-        let out_shape = (plan.shapes.rows, num_heads * plan.shapes.head_dim);
+        let plan = Plan::of(q, caches, metadata, num_heads)?;
+        let device = q.device().as_cuda_device()?;
         let partials = match plan.partial_floats() {
             0 => None,
-            floats => Some(Tensor::zeros(floats, DType::F32, device)?),
+            floats => Some(empty(device, DType::F32, (1, floats))?),
         };
         Ok(Self {
-            out: Tensor::zeros(out_shape, q.dtype(), device)?,
+            // Uninitialised, as in `attend_typed`: the kernels write every
+            // element they later read.
+            out: empty(
+                device,
+                q.dtype(),
+                (plan.shapes.rows, num_heads * plan.shapes.head_dim),
+            )?,
             partials,
         })
     }
@@ -262,14 +258,7 @@ pub(crate) fn attend_into(
     num_heads: usize,
     buffers: &Buffers,
 ) -> Result<()> {
-    let plan = Plan::new(
-        metadata,
-        num_heads,
-        q.layout(),
-        keys.layout(),
-        values.layout(),
-        q.dtype().size_in_bytes(),
-    )?;
+    let plan = Plan::of(q, (keys, values), metadata, num_heads)?;
     let partial_floats = buffers.partials.as_ref().map_or(0, Tensor::elem_count);
     if buffers.out.elem_count() != plan.out_len()
         || partial_floats != plan.partial_floats()
@@ -292,59 +281,19 @@ pub(crate) fn attend_into(
     else {
         bail!("paged attention: queries and caches must be on the GPU")
     };
-    let out = address(&buffers.out)?;
-    let partials = buffers.partials.as_ref().map_or(Ok(out), address)?;
-    let operands = (
+    let out = device_ptr(&buffers.out)?;
+    let partials = buffers.partials.as_ref().map_or(Ok(out), device_ptr)?;
+    let operands = [
         (q_storage, q_layout),
         (keys_storage, keys_layout),
         (values_storage, values_layout),
-    );
+    ];
     match q.dtype() {
-        DType::F32 => launch::<f32>(
-            &plan,
-            metadata,
-            operands.0,
-            operands.1,
-            operands.2,
-            (out, partials),
-        ),
-        DType::F16 => launch::<f16>(
-            &plan,
-            metadata,
-            operands.0,
-            operands.1,
-            operands.2,
-            (out, partials),
-        ),
-        DType::BF16 => launch::<bf16>(
-            &plan,
-            metadata,
-            operands.0,
-            operands.1,
-            operands.2,
-            (out, partials),
-        ),
+        DType::F32 => launch::<f32>(&plan, metadata, operands, (out, partials)),
+        DType::F16 => launch::<f16>(&plan, metadata, operands, (out, partials)),
+        DType::BF16 => launch::<bf16>(&plan, metadata, operands, (out, partials)),
         other => bail!("paged attention: no kernels for {other:?}"),
     }
-}
-
-/// The device address of a contiguous tensor's first element.
-fn address(tensor: &Tensor) -> Result<u64> {
-    let (storage, layout) = tensor.storage_and_layout();
-    let Storage::Cuda(storage) = &*storage else {
-        bail!("paged attention: a buffer is not on the GPU")
-    };
-    let Some((start, _)) = layout.contiguous_offsets() else {
-        bail!("paged attention: a buffer is not contiguous")
-    };
-    let stream = storage.device.cuda_stream();
-    let base = match storage.dtype() {
-        DType::F32 => storage.as_cuda_slice::<f32>()?.device_ptr(&stream).0,
-        DType::F16 => storage.as_cuda_slice::<f16>()?.device_ptr(&stream).0,
-        DType::BF16 => storage.as_cuda_slice::<bf16>()?.device_ptr(&stream).0,
-        other => bail!("paged attention: no buffers of {other:?}"),
-    };
-    Ok(base + (start * storage.dtype().size_in_bytes()) as u64)
 }
 
 /// What an attention launches, from its operands' shapes alone.
@@ -355,6 +304,23 @@ struct Plan {
 }
 
 impl Plan {
+    /// The plan of `q`'s attention over these caches.
+    fn of(
+        q: &Tensor,
+        (keys, values): (&Tensor, &Tensor),
+        metadata: &Metadata,
+        num_heads: usize,
+    ) -> Result<Self> {
+        Self::new(
+            metadata,
+            num_heads,
+            q.layout(),
+            keys.layout(),
+            values.layout(),
+            q.dtype().size_in_bytes(),
+        )
+    }
+
     fn new(
         metadata: &Metadata,
         num_heads: usize,
@@ -402,9 +368,7 @@ impl Plan {
 fn launch<T: Elem>(
     plan: &Plan,
     metadata: &Metadata,
-    (q, q_layout): (&CudaStorage, &Layout),
-    (keys, keys_layout): (&CudaStorage, &Layout),
-    (values, values_layout): (&CudaStorage, &Layout),
+    [(q, q_layout), (keys, keys_layout), (values, values_layout)]: [(&CudaStorage, &Layout); 3],
     (out, partials): (u64, u64),
 ) -> Result<()> {
     let (tables_storage, tables_layout) = metadata.block_tables.storage_and_layout();
