@@ -6,6 +6,7 @@
 #
 #   scripts/gpu-bench.sh --part PART OUTDIR [--policy P] [--workloads LIST]
 #                        [--concurrency LIST] [--model DIR] [--budget SECONDS]
+#                        [--turns N]
 #
 # PART (each fits in the device tool's 10 minutes per command):
 #   checks      nvidia-smi, then the three below (needs all three binaries)
@@ -35,14 +36,16 @@
 # --workloads and --concurrency narrow a serving part (to split it over
 # several calls); --model DIR serves another folder in a serving part;
 # --budget (default 510 s) stops starting new serving runs once that much
-# time has passed, and the summary lists what was skipped.
+# time has passed, and the summary lists what was skipped; --turns N
+# (default 2) sends N requests per concurrency slot in a serving run (at
+# least 16, 8 on the 8B shape).
 # GPU_BENCH_BIN (default .gpu) is where the binaries are (NAME or NAME.xz,
 # unpacked when newer than NAME); GPU_BENCH_DEVICE
 # (default cuda:0; `cpu` for a dry run of the script, f32) the device.
 set -euo pipefail
 
 usage() {
-    sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -52,6 +55,7 @@ POLICIES="static dynamic continuous"
 WORKLOADS="short long batched chat"
 CONCURRENCY="1 8 32 64 128"
 BUDGET=510
+TURNS=2
 MODEL=""
 BIN="${GPU_BENCH_BIN:-.gpu}"
 DEVICE="${GPU_BENCH_DEVICE:-cuda:0}"
@@ -65,8 +69,9 @@ while [ $# -gt 0 ]; do
         --concurrency) CONCURRENCY="${2//,/ }"; shift 2 ;;
         --budget) BUDGET="${2:?--budget needs seconds}"; shift 2 ;;
         --model) MODEL="${2:?--model needs a model folder}"; shift 2 ;;
+        --turns) TURNS="${2:?--turns needs a number}"; shift 2 ;;
         -h|--help) usage ;;
-        -*) echo "gpu-bench: unknown flag $1; accepted: --part, --policy, --workloads, --concurrency, --model, --budget" >&2; exit 2 ;;
+        -*) echo "gpu-bench: unknown flag $1; accepted: --part, --policy, --workloads, --concurrency, --model, --budget, --turns" >&2; exit 2 ;;
         *) [ -z "$OUTDIR" ] || { echo "gpu-bench: one OUTDIR only (got $OUTDIR and $1)" >&2; exit 2; }
            OUTDIR="$1"; shift ;;
     esac
@@ -76,6 +81,7 @@ case "$PART" in
     *) echo "gpu-bench: --part must be one of checks, check-kernels, check-model, check-server, steps, hf, serving-1b, serving-8b (got '${PART}')" >&2; exit 2 ;;
 esac
 [ -n "$OUTDIR" ] || { echo "gpu-bench: give the output folder, e.g. \$OUT/gpu" >&2; exit 2; }
+case "$TURNS" in ''|*[!0-9]*|0) echo "gpu-bench: --turns must be a whole number of at least 1 (got '$TURNS')" >&2; exit 2 ;; esac
 for p in $POLICIES; do
     case "$p" in static|dynamic|continuous) ;; *) echo "gpu-bench: --policy $p: accepted: static, dynamic, continuous" >&2; exit 2 ;; esac
 done
@@ -290,10 +296,10 @@ part_hf() {
     say "$(grep -v '^{' "$RAW/hf_decode_bench.txt" | tail -40)"
 }
 
-# Requests per run: enough for every concurrency slot to turn over twice.
+# Requests per run: every concurrency slot turns over --turns times.
 requests_for() {
     local c="$1" min="$2"
-    echo $((c * 2 > min ? c * 2 : min))
+    echo $((c * TURNS > min ? c * TURNS : min))
 }
 
 part_serving() {

@@ -1,18 +1,23 @@
-//! CUDA graphs of decode steps, one per batch-size bucket.
+//! CUDA graphs of steps, one per padded shape (see [`crate::graph_shapes`]).
 //!
-//! A decode step of `n` sequences (each bringing one token) has tensors
-//! whose shapes depend on `n` alone (see [`crate::step`]), so the whole
-//! forward pass can be captured once and replayed. For each bucket `b`,
-//! captured lazily the first time a batch needs it:
+//! A step's tensors have shapes that depend only on its number of
+//! sequences and of tokens (see [`crate::step`]), so the whole forward
+//! pass can be captured once per shape and replayed: a decode step by its
+//! row bucket, a step with prompt tokens by its row and token buckets. For
+//! each shape, captured lazily the first time a step needs it:
 //!
 //! - static device tensors hold every step input (`input_ids`, `positions`,
-//!   `slot_mapping`, `block_tables [b, W]`, `context_lens`, `query_starts`,
-//!   `last_token_rows`) and a static f32 logits buffer `[b, vocab]`;
-//! - the step's inputs are laid out on the host, padded to `b` rows (a
-//!   padded row writes its K/V to `PADDING_SLOT`, nowhere, and attends to
-//!   one slot of block 0), and uploaded in one copy into a packed static
-//!   buffer; the graph itself starts by unpacking it into the input
-//!   tensors, so a replay is one host-to-device copy and one graph launch;
+//!   `slot_mapping` of the shape's tokens, `block_tables [rows, W]`,
+//!   `context_lens`, `query_starts`, `last_token_rows`), and the graphs of
+//!   one row bucket share a static f32 logits buffer `[rows, vocab]`
+//!   (replays follow one another on one stream, and each one's logits are
+//!   copied out before the next);
+//! - the step's inputs are laid out on the host, padded to the shape
+//!   ([`HostStep::padded`]: padded tokens write their K/V to
+//!   `PADDING_SLOT`, nowhere, and attend to slots of block 0), and uploaded
+//!   in one copy into a packed static buffer; the graph itself starts by
+//!   unpacking it into the input tensors, so a replay is one host-to-device
+//!   copy and one graph launch;
 //! - the captured region is [`Network::run`] on the static tensors,
 //!   followed by a `slice_set` of its logits into the static buffer. Its
 //!   temporaries are allocated and freed inside the capture (stream-ordered
@@ -24,7 +29,7 @@
 //! thread-local mode. The warm-up runs the real step: writing the same K/V
 //! to the same slots twice is harmless, so the graph then replays it and
 //! its logits are the step's. If anything in capture fails, a warning is
-//! logged once and that bucket runs eagerly for good.
+//! logged once and that shape runs eagerly for good.
 //!
 //! Graphs read the KV cache's buffers directly: a step on another cache
 //! drops every graph and captures anew.
@@ -36,41 +41,43 @@ use candle_core::{DType, Device, Storage, Tensor, TensorId};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaStream, DevicePtr};
 
+use crate::graph_shapes::{GraphShape, GraphShapes};
 use crate::llama::Network;
 use crate::step::{HostStep, StepLimits, StepTensors};
 use crate::timer::cuda_error;
 use crate::{KvCache, ModelError, StepBatch};
 
 pub(crate) struct GraphRunner {
-    /// Sorted ascending.
-    buckets: Vec<usize>,
+    shapes: GraphShapes,
     vocab_size: usize,
-    graphs: HashMap<usize, Bucket>,
+    graphs: HashMap<GraphShape, Entry>,
+    /// The static logits of each row bucket.
+    logits: HashMap<usize, Tensor>,
     /// The cache the graphs write to (its first key tensor).
     cache: Option<TensorId>,
 }
 
-enum Bucket {
-    Captured(Box<BucketGraph>),
-    /// Capture failed once; this bucket runs eagerly.
+enum Entry {
+    Captured(Box<ShapeGraph>),
+    /// Capture failed once; steps of this shape run eagerly.
     Eager,
 }
 
 /// A captured step and the static tensors it reads and writes.
-struct BucketGraph {
+struct ShapeGraph {
     statics: Statics,
     graph: CudaGraph,
     /// The host side of the packed upload, reused every step.
     staging: Vec<u32>,
 }
 
-// SAFETY: a `BucketGraph` is owned by one model, which the engine moves to
+// SAFETY: a `ShapeGraph` is owned by one model, which the engine moves to
 // its own thread; the graph is only used through `&mut self` (never from two
 // threads at once, which is all CUDA asks of graph objects), and `launch`
 // binds the graph's context to the calling thread first.
-unsafe impl Send for BucketGraph {}
+unsafe impl Send for ShapeGraph {}
 
-/// A bucket's static tensors.
+/// A shape's static tensors.
 struct Statics {
     /// Every input of the step, packed in [`HostStep::fields`] order.
     packed: Tensor,
@@ -78,24 +85,31 @@ struct Statics {
     step: StepTensors,
     /// `(offset, len)` of each of the step's tensors in `packed`.
     ranges: Vec<(usize, usize)>,
-    /// f32 logits [bucket, vocab].
+    /// f32 logits [rows, vocab], shared with the row bucket's other shapes.
     logits: Tensor,
 }
 
 impl GraphRunner {
-    pub(crate) fn new(buckets: Vec<usize>, vocab_size: usize) -> Self {
+    pub(crate) fn new(shapes: GraphShapes, vocab_size: usize) -> Self {
         Self {
-            buckets,
+            shapes,
             vocab_size,
             graphs: HashMap::new(),
+            logits: HashMap::new(),
             cache: None,
         }
     }
 
-    /// Replays `batch` (validated) from its bucket's graph, capturing it
-    /// first if needed. `None` when the step has to run eagerly: not a
-    /// pure decode step, larger than every bucket, or the bucket's capture
-    /// failed. Returns the logits [n, vocab] and the bucket size.
+    /// Every shape a step can replay, as `(rows, tokens)`.
+    pub(crate) fn shapes(&self) -> Vec<(usize, usize)> {
+        let all = self.shapes.all().into_iter();
+        all.map(|shape| (shape.rows, shape.tokens)).collect()
+    }
+
+    /// Replays `batch` (validated) from its shape's graph, capturing it
+    /// first if needed. `None` when the step has to run eagerly: larger
+    /// than every bucket, or the shape's capture failed. Returns the
+    /// logits [sequences, vocab] and the rows the graph ran.
     pub(crate) fn run(
         &mut self,
         net: &Network,
@@ -103,50 +117,63 @@ impl GraphRunner {
         limits: StepLimits,
         cache: &KvCache,
     ) -> Result<Option<(Tensor, usize)>, ModelError> {
-        if batch.seqs.iter().any(|seq| seq.num_new_tokens != 1) {
-            return Ok(None);
-        }
         let rows = batch.seqs.len();
-        let Some(&bucket) = self.buckets.iter().find(|&&b| b >= rows) else {
+        let max_padded_context = limits.table_width * limits.block_size;
+        let Some(shape) = self
+            .shapes
+            .of(rows, batch.token_ids.len(), max_padded_context)
+        else {
             return Ok(None);
         };
         let cache_id = cache.layer(0).0.id();
         if self.cache != Some(cache_id) {
             self.graphs.clear();
+            self.logits.clear();
             self.cache = Some(cache_id);
         }
-        let host = HostStep::new(batch, limits.table_width, bucket);
-        if !self.graphs.contains_key(&bucket) {
-            let state = match BucketGraph::capture(net, &host, self.vocab_size, cache) {
-                Ok(graph) => Bucket::Captured(Box::new(graph)),
-                Err(err) => {
-                    tracing::warn!(
-                        bucket,
-                        error = %err,
-                        "CUDA graph capture failed; decode batches of this bucket run eagerly"
-                    );
-                    Bucket::Eager
+        let host = HostStep::padded(batch, limits.table_width, shape.rows, shape.tokens);
+        if !self.graphs.contains_key(&shape) {
+            let logits = match self.logits.get(&shape.rows) {
+                Some(logits) => logits.clone(),
+                None => {
+                    let logits =
+                        Tensor::zeros((shape.rows, self.vocab_size), DType::F32, cache.device())?;
+                    self.logits.insert(shape.rows, logits.clone());
+                    logits
                 }
             };
-            self.graphs.insert(bucket, state);
+            let state = match ShapeGraph::capture(net, &host, logits, cache) {
+                Ok(graph) => Entry::Captured(Box::new(graph)),
+                Err(err) => {
+                    tracing::warn!(
+                        rows = shape.rows,
+                        tokens = shape.tokens,
+                        error = %err,
+                        "CUDA graph capture failed; steps of this shape run eagerly"
+                    );
+                    Entry::Eager
+                }
+            };
+            self.graphs.insert(shape, state);
         }
-        let Some(Bucket::Captured(entry)) = self.graphs.get_mut(&bucket) else {
+        let Some(Entry::Captured(entry)) = self.graphs.get_mut(&shape) else {
             return Ok(None);
         };
         entry.replay(&host)?;
         // A copy, so the caller's logits stay valid through later replays.
         let logits = entry.statics.logits.narrow(0, 0, rows)?.copy()?;
-        Ok(Some((logits, bucket)))
+        Ok(Some((logits, shape.rows)))
     }
 }
 
-impl BucketGraph {
-    /// Allocates the bucket's static tensors, uploads `host` (the step
-    /// that asked for the bucket), runs it once eagerly and captures it.
+impl ShapeGraph {
+    /// Allocates the shape's static input tensors, uploads `host` (the
+    /// step that asked for the shape), runs it once eagerly and captures
+    /// it, writing its logits into `logits` ([rows, vocab], f32).
     fn capture(
         net: &Network,
         host: &HostStep,
-        vocab_size: usize,
+        logits: Tensor,
         cache: &KvCache,
     ) -> Result<Self, ModelError> {
         let device = cache.device();
@@ -157,7 +184,7 @@ impl BucketGraph {
                 "the device has no stream-ordered allocator, which capturing candle's temporaries needs".into(),
             ));
         }
-        let statics = Statics::new(host, vocab_size, device)?;
+        let statics = Statics::new(host, logits, device)?;
         let mut staging = Vec::new();
         statics.upload(host, &stream, &mut staging)?;
         // Small parameter uploads (shapes, strides) come from candle's cache
@@ -192,8 +219,8 @@ impl BucketGraph {
 }
 
 impl Statics {
-    fn new(host: &HostStep, vocab_size: usize, device: &Device) -> Result<Self, ModelError> {
-        let rows = host.context_lens.len();
+    fn new(host: &HostStep, logits: Tensor, device: &Device) -> Result<Self, ModelError> {
+        let (rows, tokens) = (host.context_lens.len(), host.input_ids.len());
         let mut ranges = Vec::new();
         let mut offset = 0;
         for field in host.fields() {
@@ -204,16 +231,16 @@ impl Statics {
         Ok(Self {
             packed: zeros(offset)?,
             step: StepTensors {
-                input_ids: zeros(rows)?,
-                positions: zeros(rows)?,
-                slot_mapping: zeros(rows)?,
+                input_ids: zeros(tokens)?,
+                positions: zeros(tokens)?,
+                slot_mapping: zeros(tokens)?,
                 block_tables: Tensor::zeros((rows, host.width), DType::U32, device)?,
                 context_lens: zeros(rows)?,
                 query_starts: zeros(rows + 1)?,
                 last_token_rows: zeros(rows)?,
             },
             ranges,
-            logits: Tensor::zeros((rows, vocab_size), DType::F32, device)?,
+            logits,
         })
     }
 
@@ -244,7 +271,7 @@ impl Statics {
             )));
         }
         let (pointer, _sync) = slice.device_ptr(stream);
-        // SAFETY: `packed` is this bucket's own buffer of exactly
+        // SAFETY: `packed` is this shape's own buffer of exactly
         // `staging.len()` u32s; only this stream reads it, after this copy
         // in stream order. The host data is pageable, so the driver has
         // staged it by the time the call returns.

@@ -63,6 +63,7 @@ mod folder;
 mod gguf;
 #[cfg(feature = "cuda")]
 mod graph;
+mod graph_shapes;
 mod host_copy;
 mod incremental;
 #[cfg(feature = "cuda")]
@@ -87,12 +88,13 @@ pub use device::{DeviceMemory, device_memory, parse_device};
 pub use error::ModelError;
 pub use folder::ModelFolder;
 pub use gguf::export::{Exported, GgufType, export_gguf};
+pub use graph_shapes::DEFAULT_GRAPH_TOKEN_BUCKETS;
 pub use host_copy::HostBuffer;
 pub use incremental::IncrementalDecoder;
 pub use options::{DEFAULT_GRAPH_BUCKETS, ModelOptions, StepStats};
 pub use sample::{Draw, sample_tokens};
 pub use tokenizer::Tokenizer;
-pub use warm_up::warm_up;
+pub use warm_up::{capture_graphs, warm_up};
 pub use weights::WeightCache;
 
 pub use candle_core::{DType, Device, Tensor};
@@ -125,6 +127,11 @@ pub trait CausalLm: Send {
     /// What the last `forward` did: graph replay, padded batch, and on a
     /// GPU its device time (reading it waits for the step to finish).
     fn last_step(&self) -> StepStats;
+    /// The step shapes, `(sequences, tokens)`, that this model replays from
+    /// CUDA graphs (each captured at its first step, or ahead by
+    /// [`capture_graphs`]); empty when it replays none (the CPU, graphs
+    /// off).
+    fn graph_shapes(&self) -> Vec<(usize, usize)>;
 }
 
 /// Loads the folder's weights onto `device`, computing in `dtype`; by
@@ -144,10 +151,11 @@ pub fn load_model(
 }
 
 /// Loads the folder's weights onto `device` as `options` say. On a CUDA
-/// device (open it with [`parse_device`]) with `cuda_graphs` on, a decode
-/// step (every sequence brings one token) of at most the largest bucket's
-/// size replays a CUDA graph captured, on first use, for the smallest
-/// bucket that holds it; other steps run eagerly.
+/// device (open it with [`parse_device`]) with `cuda_graphs` on, a step
+/// replays a CUDA graph captured, on first use, for the smallest buckets
+/// that hold it, padded: a decode step (every sequence brings one token)
+/// by its sequences, a step with prompt tokens by its sequences and its
+/// tokens; a step larger than the largest buckets runs eagerly.
 pub fn load_model_with(
     folder: &ModelFolder,
     device: &Device,

@@ -534,4 +534,119 @@ impl CausalLm for Llama {
             ..self.last
         }
     }
+
+    fn graph_shapes(&self) -> Vec<(usize, usize)> {
+        #[cfg(feature = "cuda")]
+        if let Some(graphs) = &self.graphs {
+            return graphs.shapes();
+        }
+        Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paged_attention::PADDING_SLOT;
+    use crate::{ModelFolder, SeqStep};
+
+    const BLOCK_SIZE: usize = 4;
+
+    /// models/tiny-llama on candle's ops (the network CUDA graphs capture),
+    /// on the CPU.
+    fn plain_network() -> (Network, ModelConfig) {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/tiny-llama");
+        let folder = ModelFolder::open(path).unwrap();
+        let source = folder.weight_source().unwrap();
+        let weights = Weights::new(&source, DType::F32, &Device::Cpu, None);
+        let net = candle_network(folder.config(), &weights, false).unwrap();
+        (net, folder.config().clone())
+    }
+
+    /// One sequence's tokens `first..first + new` in the blocks of `table`.
+    fn seq_step(batch: &mut StepBatch, table: &[u32], first: usize, new: usize) {
+        for position in first..first + new {
+            batch
+                .token_ids
+                .push((position * 31 + table[0] as usize) as u32 % 8000);
+            batch.positions.push(position as u32);
+            let block = table[position / BLOCK_SIZE] as usize;
+            batch
+                .slot_mapping
+                .push((block * BLOCK_SIZE + position % BLOCK_SIZE) as u32);
+        }
+        batch.seqs.push(SeqStep {
+            num_new_tokens: new as u32,
+            context_len: (first + new) as u32,
+            block_table: table.to_vec(),
+        });
+    }
+
+    /// Runs `host` on `cache`; the logits of its first `rows` rows.
+    fn run(net: &Network, host: HostStep, cache: &KvCache, rows: usize) -> Vec<Vec<f32>> {
+        let step = StepTensors::upload(host, &Device::Cpu).unwrap();
+        let logits = net.run(&step, cache).unwrap().to_vec2::<f32>().unwrap();
+        logits[..rows].to_vec()
+    }
+
+    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap()
+    }
+
+    /// What a CUDA graph of a step with prompt tokens replays: the step
+    /// padded with rows and tokens that write nowhere. Its sequences' logits
+    /// and the cache it leaves are the unpadded step's.
+    #[test]
+    fn padding_a_step_changes_none_of_its_rows_nor_the_cache() {
+        let (net, cfg) = plain_network();
+        let cache = || KvCache::new(&cfg, 16, BLOCK_SIZE, &Device::Cpu, DType::F32).unwrap();
+        let (plain, padded) = (cache(), cache());
+        let width = plain.max_blocks_per_seq();
+        // Sequence A prefills 5 tokens into blocks 3 and 1.
+        let mut prefill = StepBatch::default();
+        seq_step(&mut prefill, &[3, 1], 0, 5);
+        for cache in [&plain, &padded] {
+            run(&net, HostStep::new(&prefill, width, 1), cache, 1);
+        }
+        // Then A decodes its 6th token while B prefills 3 into block 5.
+        let mut mixed = StepBatch::default();
+        seq_step(&mut mixed, &[3, 1], 5, 1);
+        seq_step(&mut mixed, &[5], 0, 3);
+        let want = run(&net, HostStep::new(&mixed, width, 2), &plain, 2);
+        // Padded to 4 rows and 11 tokens: one padded row of 1 token, the
+        // last of 6, attending over block 0.
+        let host = HostStep::padded(&mixed, width, 4, 11);
+        assert_eq!(host.query_starts, [0, 1, 4, 5, 11]);
+        assert_eq!(host.context_lens, [6, 3, 1, 6]);
+        assert_eq!(host.last_token_rows, [0, 3, 4, 10]);
+        assert_eq!(&host.slot_mapping[4..], [PADDING_SLOT; 7]);
+        let got = run(&net, host, &padded, 2);
+        for (row, (got, want)) in got.iter().zip(&want).enumerate() {
+            let diff = got
+                .iter()
+                .zip(want)
+                .map(|(g, w)| (g - w).abs())
+                .fold(0.0f32, f32::max);
+            assert!(diff < 1e-5, "row {row}: logits differ by {diff}");
+        }
+        for layer in 0..cfg.num_hidden_layers {
+            let (keys, values) = padded.layer(layer);
+            let (plain_keys, plain_values) = plain.layer(layer);
+            assert!(max_abs_diff(keys, plain_keys) < 1e-6, "layer {layer} keys");
+            assert!(
+                max_abs_diff(values, plain_values) < 1e-6,
+                "layer {layer} values"
+            );
+            // Block 0, which the padded tokens read, is still empty.
+            let block0 = keys.narrow(0, 0, 1).unwrap().abs().unwrap();
+            assert_eq!(block0.max_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);
+        }
+    }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use candle_core::DType;
 
 use crate::ModelError;
+use crate::graph_shapes::{DEFAULT_GRAPH_TOKEN_BUCKETS, GraphShapes};
 
 /// Batch sizes a decode step is captured for by default: powers of two up
 /// to 256; a larger decode batch runs eagerly.
@@ -17,12 +18,18 @@ pub struct ModelOptions {
     /// The compute dtype (the KV cache must use it too). `None`: f32 on the
     /// CPU, the checkpoint's `torch_dtype` elsewhere.
     pub dtype: Option<DType>,
-    /// Replay decode steps from CUDA graphs (captured per batch bucket).
-    /// Ignored on the CPU.
+    /// Replay steps from CUDA graphs, captured per padded shape (see
+    /// `graph_buckets` and `graph_token_buckets`). Ignored on the CPU.
     pub cuda_graphs: bool,
     /// The batch sizes graphs are captured for: a pure-decode batch of `n`
     /// sequences replays the graph of the smallest bucket `>= n`, padded.
     pub graph_buckets: Vec<usize>,
+    /// The token counts graphs of steps with prompt tokens are captured
+    /// for (with a bucket of `graph_buckets` for their sequences): such a
+    /// step of `t` tokens replays the graph of the smallest bucket `>= t`
+    /// that leaves room for its padding, padded. Empty: those steps run
+    /// eagerly.
+    pub graph_token_buckets: Vec<usize>,
     /// Run steps on this crate's own kernels: on the CPU every step (`cpu`
     /// module: SIMD projections, one thread pool, reused buffers); on CUDA
     /// the single-token steps (`decode` module: projections that stream
@@ -39,6 +46,7 @@ impl Default for ModelOptions {
             dtype: None,
             cuda_graphs: true,
             graph_buckets: DEFAULT_GRAPH_BUCKETS.to_vec(),
+            graph_token_buckets: DEFAULT_GRAPH_TOKEN_BUCKETS.to_vec(),
             own_kernels: true,
         }
     }
@@ -46,21 +54,33 @@ impl Default for ModelOptions {
 
 impl ModelOptions {
     /// The buckets sorted and deduplicated, checked to be usable.
-    pub(crate) fn buckets(&self) -> Result<Vec<usize>, ModelError> {
-        let mut buckets = self.graph_buckets.clone();
-        buckets.sort_unstable();
-        buckets.dedup();
-        if self.cuda_graphs && buckets.is_empty() {
+    pub(crate) fn buckets(&self) -> Result<GraphShapes, ModelError> {
+        let sorted = |buckets: &[usize]| {
+            let mut buckets = buckets.to_vec();
+            buckets.sort_unstable();
+            buckets.dedup();
+            buckets
+        };
+        let (rows, tokens) = (
+            sorted(&self.graph_buckets),
+            sorted(&self.graph_token_buckets),
+        );
+        if self.cuda_graphs && rows.is_empty() {
             return Err(ModelError::InvalidOptions(
                 "graph_buckets is empty while cuda_graphs is on; give at least one batch size (e.g. 1,2,4,8), or turn graphs off".into(),
             ));
         }
-        if buckets.first() == Some(&0) {
+        if rows.first() == Some(&0) {
             return Err(ModelError::InvalidOptions(
                 "graph_buckets contains 0; every bucket must be a batch size of at least 1".into(),
             ));
         }
-        Ok(buckets)
+        if let Some(&small) = tokens.first().filter(|&&t| t < 2) {
+            return Err(ModelError::InvalidOptions(format!(
+                "graph_token_buckets contains {small}; a step with prompt tokens has at least 2, so every bucket must be 2 or more (or leave the list empty)"
+            )));
+        }
+        Ok(GraphShapes { rows, tokens })
     }
 }
 
@@ -86,13 +106,14 @@ mod tests {
     fn buckets_are_sorted_and_checked() {
         let options = ModelOptions {
             graph_buckets: vec![8, 1, 8, 2],
+            graph_token_buckets: vec![64, 16, 64],
             ..ModelOptions::default()
         };
-        assert_eq!(options.buckets().unwrap(), [1, 2, 8]);
-        assert_eq!(
-            ModelOptions::default().buckets().unwrap(),
-            DEFAULT_GRAPH_BUCKETS
-        );
+        let shapes = options.buckets().unwrap();
+        assert_eq!((shapes.rows, shapes.tokens), (vec![1, 2, 8], vec![16, 64]));
+        let default = ModelOptions::default().buckets().unwrap();
+        assert_eq!(default.rows, DEFAULT_GRAPH_BUCKETS);
+        assert_eq!(default.tokens, DEFAULT_GRAPH_TOKEN_BUCKETS);
         let zero = ModelOptions {
             graph_buckets: vec![0, 4],
             ..ModelOptions::default()
@@ -100,6 +121,18 @@ mod tests {
         let err = zero.buckets().unwrap_err();
         assert_eq!(err.kind(), "invalid_options");
         assert!(err.to_string().contains("graph_buckets contains 0"));
+        let one_token = ModelOptions {
+            graph_token_buckets: vec![1, 32],
+            ..ModelOptions::default()
+        };
+        let err = one_token.buckets().unwrap_err();
+        assert_eq!(err.kind(), "invalid_options");
+        assert!(err.to_string().contains("graph_token_buckets contains 1"));
+        let no_prompt_graphs = ModelOptions {
+            graph_token_buckets: vec![],
+            ..ModelOptions::default()
+        };
+        assert!(no_prompt_graphs.buckets().unwrap().tokens.is_empty());
         let empty = ModelOptions {
             graph_buckets: vec![],
             ..ModelOptions::default()
@@ -109,6 +142,6 @@ mod tests {
             cuda_graphs: false,
             ..empty
         };
-        assert_eq!(off.buckets().unwrap(), Vec::<usize>::new());
+        assert!(off.buckets().unwrap().rows.is_empty());
     }
 }

@@ -43,7 +43,14 @@ impl StepTensors {
         device: &Device,
     ) -> Result<Self, ModelError> {
         validate(batch, limits)?;
-        let host = HostStep::new(batch, limits.table_width, batch.seqs.len());
+        Self::upload(
+            HostStep::new(batch, limits.table_width, batch.seqs.len()),
+            device,
+        )
+    }
+
+    /// The tensors of a step laid out on the host.
+    pub(crate) fn upload(host: HostStep, device: &Device) -> Result<Self, ModelError> {
         let (tokens, rows, width) = (host.input_ids.len(), host.context_lens.len(), host.width);
         Ok(Self {
             input_ids: Tensor::from_vec(host.input_ids, tokens, device)?,
@@ -78,11 +85,27 @@ pub(crate) struct HostStep {
 
 impl HostStep {
     /// `batch` (already validated) padded to `rows` sequences (at least
-    /// its own number) with block tables `width` wide.
+    /// its own number) of one token each, with block tables `width` wide:
+    /// the padding of a decode step's graph.
     pub(crate) fn new(batch: &StepBatch, width: usize, rows: usize) -> Self {
         let padding = rows.saturating_sub(batch.seqs.len());
-        let rows = batch.seqs.len() + padding;
-        let tokens = batch.token_ids.len() + padding;
+        Self::padded(batch, width, rows, batch.token_ids.len() + padding)
+    }
+
+    /// `batch` (already validated) padded to `rows` sequences and `tokens`
+    /// tokens, with block tables `width` wide. Every padded row brings one
+    /// token, but the last, which takes the tokens left over: it has them
+    /// all as context (its tokens attend causally over slots of block 0,
+    /// so its tokens must fit `width` blocks) and writes none of them.
+    /// Needs `tokens - batch tokens >= rows - batch rows`, and at least one
+    /// padded row when there are padded tokens ([`GraphShapes`] chooses
+    /// such shapes).
+    pub(crate) fn padded(batch: &StepBatch, width: usize, rows: usize, tokens: usize) -> Self {
+        let padded_rows = rows.saturating_sub(batch.seqs.len());
+        let rows = batch.seqs.len() + padded_rows;
+        let padded_tokens = tokens.saturating_sub(batch.token_ids.len());
+        debug_assert!(padded_tokens >= padded_rows && (padded_rows > 0 || padded_tokens == 0));
+        let tokens = batch.token_ids.len() + padded_tokens;
         let mut host = Self {
             input_ids: Vec::with_capacity(tokens),
             positions: Vec::with_capacity(tokens),
@@ -112,9 +135,14 @@ impl HostStep {
             host.query_starts.push(start);
             host.last_token_rows.push(start - 1);
         }
-        for _ in 0..padding {
-            host.context_lens.push(1);
-            start += 1;
+        for row in 0..padded_rows {
+            let new = if row + 1 == padded_rows {
+                padded_tokens - row
+            } else {
+                1
+            } as u32;
+            host.context_lens.push(new);
+            start += new;
             host.query_starts.push(start);
             host.last_token_rows.push(start - 1);
         }

@@ -7,6 +7,11 @@
 //! cuBLAS's set-up, and the capture of the batch-1 CUDA graph; on the CPU,
 //! the first touch of the weights' pages.
 //!
+//! [`capture_graphs`] then captures, on a GPU, the CUDA graph of every step
+//! shape a server can ask for, so that no served step waits for a capture
+//! (each one runs its step eagerly once, captures it and instantiates the
+//! graph: tens of milliseconds, docs/performance.md).
+//!
 //! The steps write keys and values into the pool's first block(s). That
 //! leaves nothing behind that a later step reads: a sequence given those
 //! blocks writes its own tokens' rows before attending to them, and
@@ -28,10 +33,7 @@ pub fn warm_up(
     model: &mut dyn CausalLm,
     cache: &mut KvCache,
 ) -> Result<Option<Duration>, ModelError> {
-    let capacity = (cache.num_blocks() * cache.block_size())
-        .min(cache.max_blocks_per_seq() * cache.block_size())
-        .min(model.config().max_position_embeddings);
-    let prompt = PROMPT_TOKENS.min(capacity.saturating_sub(1));
+    let prompt = PROMPT_TOKENS.min(capacity(model, cache).saturating_sub(1));
     if prompt == 0 {
         return Ok(None);
     }
@@ -42,6 +44,77 @@ pub fn warm_up(
     let decode = step(cache.block_size(), vocab, prompt, 1);
     greedy_tokens(&model.forward(&decode, cache)?)?;
     Ok(Some(start.elapsed()))
+}
+
+/// Captures the CUDA graph of every shape of [`CausalLm::graph_shapes`]
+/// that a step of at most `max_seqs` sequences and `max_tokens` tokens can
+/// be padded to, and whose step fits `cache`, by running one such step in
+/// its first blocks. Returns how many were captured and how long it took;
+/// `None` when the model replays no graphs (the CPU, graphs off). A shape
+/// left out is captured at the first step that needs it.
+pub fn capture_graphs(
+    model: &mut dyn CausalLm,
+    cache: &mut KvCache,
+    max_seqs: usize,
+    max_tokens: usize,
+) -> Result<Option<(usize, Duration)>, ModelError> {
+    let shapes = model.graph_shapes();
+    if shapes.is_empty() {
+        return Ok(None);
+    }
+    let capacity = capacity(model, cache);
+    let rows: Vec<usize> = shapes.iter().map(|&(rows, _)| rows).collect();
+    let tokens: Vec<usize> = shapes
+        .iter()
+        .filter(|&&(rows, tokens)| tokens > rows)
+        .map(|&(_, tokens)| tokens)
+        .collect();
+    let vocab = model.config().vocab_size.max(1);
+    let start = Instant::now();
+    let mut captured = 0;
+    for &(seqs, new) in &shapes {
+        let reachable = below(&rows, seqs) <= max_seqs && below(&tokens, new) < max_tokens;
+        if !reachable || new - seqs + 1 > capacity {
+            continue;
+        }
+        greedy_tokens(&model.forward(&shape_step(cache.block_size(), vocab, seqs, new), cache)?)?;
+        captured += 1;
+    }
+    Ok(Some((captured, start.elapsed())))
+}
+
+/// The largest of `buckets` below `bucket` (0 if none): a step padded up to
+/// `bucket` has more than that.
+fn below(buckets: &[usize], bucket: usize) -> usize {
+    buckets
+        .iter()
+        .copied()
+        .filter(|&b| b < bucket)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The tokens one sequence can hold in `cache` (and the model's context).
+fn capacity(model: &dyn CausalLm, cache: &KvCache) -> usize {
+    (cache.num_blocks() * cache.block_size())
+        .min(cache.max_blocks_per_seq() * cache.block_size())
+        .min(model.config().max_position_embeddings)
+}
+
+/// A step of exactly `seqs` sequences and `tokens` tokens: one token each,
+/// at position 0, but the last, which brings the rest; all in blocks 0, 1,
+/// ... of the pool.
+fn shape_step(block_size: usize, vocab: usize, seqs: usize, tokens: usize) -> StepBatch {
+    let lengths = std::iter::repeat_n(1, seqs - 1).chain([tokens + 1 - seqs]);
+    let mut batch = StepBatch::default();
+    for new in lengths {
+        let one = step(block_size, vocab, 0, new);
+        batch.token_ids.extend(one.token_ids);
+        batch.positions.extend(one.positions);
+        batch.slot_mapping.extend(one.slot_mapping);
+        batch.seqs.extend(one.seqs);
+    }
+    batch
 }
 
 /// One sequence's step: `new` tokens at positions `first..first + new`,
@@ -58,5 +131,43 @@ fn step(block_size: usize, vocab: usize, first: usize, new: usize) -> StepBatch 
             context_len: context as u32,
             block_table: (0..context.div_ceil(block_size) as u32).collect(),
         }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph_shapes::{GraphShape, GraphShapes};
+    use crate::step::{StepLimits, validate};
+
+    /// Each shape's step is a valid step that replays exactly that shape.
+    #[test]
+    fn a_shape_step_is_valid_and_needs_no_padding() {
+        let shapes = GraphShapes {
+            rows: vec![1, 2, 4, 8],
+            tokens: vec![16, 32],
+        };
+        let limits = StepLimits {
+            vocab_size: 100,
+            max_position_embeddings: 64,
+            num_blocks: 8,
+            block_size: 4,
+            table_width: 16,
+        };
+        for GraphShape { rows, tokens } in shapes.all() {
+            let batch = shape_step(4, 100, rows, tokens);
+            validate(&batch, limits).unwrap();
+            assert_eq!((batch.seqs.len(), batch.token_ids.len()), (rows, tokens));
+            let shape = shapes.of(rows, tokens, 64);
+            assert_eq!(shape, Some(GraphShape { rows, tokens }));
+        }
+    }
+
+    #[test]
+    fn the_buckets_below_bound_what_a_server_can_reach() {
+        let rows = [1, 2, 4, 8, 16];
+        assert_eq!(below(&rows, 1), 0);
+        assert_eq!(below(&rows, 16), 8);
+        assert_eq!(below(&rows, 3), 2);
     }
 }

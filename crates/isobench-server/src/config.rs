@@ -77,7 +77,7 @@ pub struct ServerConfig {
     pub device: String,
     /// Compute dtype; the model's default (f32 on CPU) when `None`.
     pub dtype: Option<DTypeArg>,
-    /// CUDA graphs for decode steps; `None` is on. Ignored on the CPU (with
+    /// CUDA graphs of model steps; `None` is on. Ignored on the CPU (with
     /// an info log when set).
     pub cuda_graphs: Option<bool>,
     /// Largest request body accepted, in bytes.
@@ -240,6 +240,19 @@ impl BatchingConfig {
         }
     }
 
+    /// The most tokens one step computes: continuous batching's
+    /// `max_num_batched_tokens`; `None` (no bound) for static and dynamic,
+    /// whose prefill steps take whole prompts.
+    pub fn max_step_tokens(&self) -> Option<u32> {
+        match *self {
+            BatchingConfig::Continuous {
+                max_num_batched_tokens,
+                ..
+            } => Some(max_num_batched_tokens),
+            BatchingConfig::Static { .. } | BatchingConfig::Dynamic { .. } => None,
+        }
+    }
+
     fn validate(&self) -> Result<(), ServerError> {
         let bad = |flag: &'static str, message: String| ServerError::Config { flag, message };
         match *self {
@@ -334,7 +347,7 @@ pub struct EngineArgs {
     /// torch_dtype on CUDA].
     #[arg(long, value_enum)]
     pub dtype: Option<DTypeArg>,
-    /// CUDA graphs for decode steps [default: on]; ignored on the CPU.
+    /// CUDA graphs of model steps [default: on]; ignored on the CPU.
     #[arg(long, value_enum, value_name = "on|off")]
     pub cuda_graphs: Option<Toggle>,
     /// CUDA: the share of the device's free memory, after loading the

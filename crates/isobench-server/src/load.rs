@@ -13,7 +13,9 @@
 //! in the pool's first blocks ([`warm_up`]): on a GPU the first step of a
 //! process loads the kernels (seconds when the driver has to compile
 //! candle's PTX) and captures the batch-1 graph, which would otherwise
-//! land on the first request's TTFT.
+//! land on the first request's TTFT. Then, on a GPU with graphs on, the
+//! graph of every step shape the batching policy can ask for is captured
+//! ([`capture_graphs`]), so that no served step waits for a capture.
 //!
 //! The server's [`Metrics`] are made here too: on a CUDA device the NVML
 //! sampler of the GPU's memory and energy starts before the server
@@ -24,8 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use isobench_model::{
-    CausalLm, Device, KvCache, ModelConfig, ModelFolder, ModelOptions, Tokenizer, device_memory,
-    load_model_with, parse_device, warm_up,
+    CausalLm, Device, KvCache, ModelConfig, ModelFolder, ModelOptions, Tokenizer, capture_graphs,
+    device_memory, load_model_with, parse_device, warm_up,
 };
 
 use crate::chat_template::ChatTemplate;
@@ -46,6 +48,9 @@ pub(crate) struct Loaded {
     pub metrics: Arc<Metrics>,
     /// How long the warm-up steps took (`None` when the pool had no room).
     pub warm_up: Option<Duration>,
+    /// CUDA graphs captured before listening, and how long that took
+    /// (`None` when the model replays none).
+    pub graph_captures: Option<(usize, Duration)>,
 }
 
 impl Loaded {
@@ -118,6 +123,16 @@ impl Loaded {
         )?;
         let vocab_size = model_config.vocab_size as u32;
         let warm_up = warm_up(model.as_mut(), &mut cache)?;
+        let step_tokens = config.batching.max_step_tokens().unwrap_or(u32::MAX);
+        let graph_captures = capture_graphs(
+            model.as_mut(),
+            &mut cache,
+            config.batching.max_running() as usize,
+            step_tokens as usize,
+        )?;
+        if let Some((graphs, took)) = graph_captures {
+            tracing::info!(graphs, seconds = took.as_secs_f64(), "CUDA graphs captured");
+        }
         Ok(Self {
             template_from_model: tokenizer.chat_template().is_some(),
             vocab_size,
@@ -129,6 +144,7 @@ impl Loaded {
             max_model_len,
             metrics,
             warm_up,
+            graph_captures,
         })
     }
 }

@@ -164,8 +164,8 @@ pub struct Metrics {
     pub step_tokens: Histogram,
     /// Model steps replayed from a CUDA graph.
     pub cuda_graph_replays_total: AtomicU64,
-    /// Model steps run eagerly: every step on the CPU, prefill steps,
-    /// batches above the largest graph bucket, or graphs off.
+    /// Model steps run eagerly: every step on the CPU; on CUDA steps
+    /// above the largest graph buckets, or graphs off.
     pub eager_steps_total: AtomicU64,
     step_seconds: [Histogram; STEP_PHASES.len()],
     step_device_seconds: [Histogram; FORWARD_PHASES.len()],
@@ -310,7 +310,7 @@ impl Metrics {
         counter(
             &mut out,
             "isobench_eager_steps_total",
-            "Model steps run eagerly (every step on the CPU; prefill, batches above the largest graph bucket, or graphs off on CUDA).",
+            "Model steps run eagerly (every step on the CPU; on CUDA steps above the largest graph buckets, or graphs off).",
             &self.eager_steps_total,
         );
         counter(

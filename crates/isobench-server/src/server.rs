@@ -125,6 +125,7 @@ impl Server {
             engine: Some(engine),
             engine_thread: Some(engine_thread),
             warm_up: loaded.warm_up,
+            graph_captures: loaded.graph_captures,
         })
     }
 }
@@ -153,6 +154,7 @@ pub struct ServerHandle {
     engine: Option<EngineHandle>,
     engine_thread: Option<std::thread::JoinHandle<()>>,
     warm_up: Option<Duration>,
+    graph_captures: Option<(usize, Duration)>,
 }
 
 impl ServerHandle {
@@ -176,6 +178,13 @@ impl ServerHandle {
     /// run them.
     pub fn warm_up_time(&self) -> Option<Duration> {
         self.warm_up
+    }
+
+    /// How many CUDA graphs were captured before listening (see
+    /// [`isobench_model::capture_graphs`]) and how long that took; `None`
+    /// when the model replays none (the CPU, `--cuda-graphs off`).
+    pub fn graph_captures(&self) -> Option<(usize, Duration)> {
+        self.graph_captures
     }
 
     pub fn stats(&self) -> ServerStats {

@@ -19,8 +19,17 @@ pub async fn serve(args: ServerArgs) -> anyhow::Result<ExitCode> {
         .warm_up_time()
         .map(|took| format!(", warm-up steps {:.2} s", took.as_secs_f64()))
         .unwrap_or_default();
+    let graphs = server
+        .graph_captures()
+        .map(|(graphs, took)| {
+            format!(
+                ", {graphs} CUDA graphs captured in {:.2} s",
+                took.as_secs_f64()
+            )
+        })
+        .unwrap_or_default();
     eprintln!(
-        "isobench serve: model {} on {device}, KV pool {} blocks of {block_size} tokens{warm_up}, at {}/v1 (Ctrl-C or SIGTERM to stop)",
+        "isobench serve: model {} on {device}, KV pool {} blocks of {block_size} tokens{warm_up}{graphs}, at {}/v1 (Ctrl-C or SIGTERM to stop)",
         server.model_name(),
         server.stats().kv_blocks_total,
         server.url()

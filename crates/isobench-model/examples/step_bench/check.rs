@@ -1,13 +1,14 @@
 //! `--check`: the GPU runtime against the CPU, for the model of `--model`
 //! (models/small-llama by default) with its seeded weights.
 //!
-//! Three prompts (5, 17 and 33 tokens: a decode batch of 3 replays the
-//! bucket-4 graph with one padded row) are prefilled in one step and
+//! Three prompts (5, 17 and 33 tokens: with graphs, their prefill replays
+//! the graph of 64 tokens over 4 rows, and a decode batch of 3 the
+//! bucket-4 graph, each with one padded row) are prefilled in one step and
 //! decoded greedily for 24 steps, feeding back each step's argmax:
 //!
 //! 1. CUDA f32, graphs off: the same tokens as the CPU's f32 path;
-//! 2. CUDA f32, graphs on: the same tokens, and every decode step replayed
-//!    a graph;
+//! 2. CUDA f32, graphs on: the same tokens, and every step (the prefill and
+//!    each decode step) replayed a graph;
 //! 3. CUDA bf16, graphs on and off, fed the f32 reference's tokens: logits
 //!    within [`BF16_TOLERANCE`] of the f32 reference, per row
 //!    `max |bf16 - f32| / max |f32|` (the bound the transformers fixtures
@@ -16,7 +17,7 @@
 //! 4. The first prompt alone, so that its decode steps are single-token
 //!    steps, which run on this crate's kernels (src/decode.rs): CUDA f32
 //!    with graphs, the same tokens as the CPU's run of that prompt, every
-//!    decode step replayed; CUDA bf16 within [`BF16_TOLERANCE`] of it, and
+//!    step replayed; CUDA bf16 within [`BF16_TOLERANCE`] of it, and
 //!    of the same run on candle's plain ops (`own_kernels` off).
 //! 5. candle's plain ops for the three prompts: f32 tokens equal the
 //!    CPU's, bf16 within [`BF16_TOLERANCE`] of the f32 reference.
@@ -32,6 +33,8 @@ use crate::{Args, Result};
 
 const PROMPT_LENS: [usize; 3] = [5, 17, 33];
 const DECODE_STEPS: usize = 24;
+/// The prefill step and the decode steps.
+const STEPS: usize = DECODE_STEPS + 1;
 const BLOCK_SIZE: usize = 16;
 /// bf16 logits against the f32 reference, relative to the row's largest.
 const BF16_TOLERANCE: f64 = 0.05;
@@ -40,8 +43,7 @@ const F32_TOLERANCE: f64 = 1e-3;
 const GRAPH_TOLERANCE: f64 = 1e-2;
 
 /// What a greedy run produced: tokens per sequence, logits per decision
-/// (one row per sequence per step), and how many decode steps replayed a
-/// graph.
+/// (one row per sequence per step), and how many steps replayed a graph.
 struct Run {
     tokens: Vec<Vec<u32>>,
     logits: Vec<Vec<f32>>,
@@ -94,7 +96,7 @@ fn greedy(model: &mut dyn CausalLm, prompts: &[usize], forced: Option<&[Vec<u32>
     }
     for decode in 0..=DECODE_STEPS {
         let logits = model.forward(&step, &mut cache)?.to_vec2::<f32>()?;
-        if decode > 0 && model.last_step().graph_replayed {
+        if model.last_step().graph_replayed {
             run.replayed_steps += 1;
         }
         step = StepBatch::default();
@@ -197,11 +199,9 @@ pub(crate) fn run(args: &Args) -> Result<bool> {
     let diff = max_relative_diff(&graphs.logits, &eager.logits);
     report(
         &mut passed,
-        graphs.tokens == eager.tokens
-            && graphs.replayed_steps == DECODE_STEPS
-            && diff <= F32_TOLERANCE,
+        graphs.tokens == eager.tokens && graphs.replayed_steps == STEPS && diff <= F32_TOLERANCE,
         format!(
-            "f32 GPU graphs = eager: same greedy tokens, {}/{DECODE_STEPS} decode steps replayed, logits max rel diff {diff:.2e}",
+            "f32 GPU graphs = eager: same greedy tokens, {}/{STEPS} steps replayed (prefill and decode), logits max rel diff {diff:.2e}",
             graphs.replayed_steps
         ),
     );
@@ -218,9 +218,9 @@ pub(crate) fn run(args: &Args) -> Result<bool> {
     let diff = max_relative_diff(&bf16_graphs.logits, &bf16_eager.logits);
     report(
         &mut passed,
-        diff <= GRAPH_TOLERANCE && bf16_graphs.replayed_steps == DECODE_STEPS,
+        diff <= GRAPH_TOLERANCE && bf16_graphs.replayed_steps == STEPS,
         format!(
-            "bf16 GPU graphs vs eager: logits max rel diff {diff:.2e} (<= {GRAPH_TOLERANCE:.0e}), {}/{DECODE_STEPS} replayed",
+            "bf16 GPU graphs vs eager: logits max rel diff {diff:.2e} (<= {GRAPH_TOLERANCE:.0e}), {}/{STEPS} replayed",
             bf16_graphs.replayed_steps
         ),
     );
@@ -236,10 +236,10 @@ pub(crate) fn run(args: &Args) -> Result<bool> {
     report(
         &mut passed,
         alone.tokens == alone_reference.tokens
-            && alone.replayed_steps == DECODE_STEPS
+            && alone.replayed_steps == STEPS
             && diff <= F32_TOLERANCE,
         format!(
-            "f32 GPU one sequence (single-token kernels, graphs) = CPU: same greedy tokens, {}/{DECODE_STEPS} replayed, logits max rel diff {diff:.2e}",
+            "f32 GPU one sequence (single-token kernels, graphs) = CPU: same greedy tokens, {}/{STEPS} replayed, logits max rel diff {diff:.2e}",
             alone.replayed_steps
         ),
     );

@@ -1,0 +1,157 @@
+//! Which CUDA graph a step replays: its rows (sequences) and tokens,
+//! padded up to captured sizes.
+//!
+//! A decode step (one token per sequence) of `n` sequences replays the
+//! graph of the smallest row bucket `b >= n`, padded to `b` rows of one
+//! token. A step that carries prompt tokens (a prefill chunk, alone or
+//! among decoding sequences) has more tokens than rows, and its shapes
+//! depend on both: it replays the graph of the smallest token bucket that
+//! holds its tokens and the padding rows its row bucket adds. Each padded
+//! row brings one token, but the last, which takes every token left over
+//! (see [`crate::step::HostStep::padded`]); so a step with padded tokens
+//! needs at least one padded row, and a padded shape always keeps more
+//! tokens than rows, as the attention kernels' choice of launch needs for
+//! such a step.
+//!
+//! Graphs pay where a step's host-side launches take longer than its GPU
+//! work: a step of a few hundred tokens on a small model. Past the largest
+//! token bucket a step runs eagerly, which costs nothing a large step does
+//! not already hide behind its own GPU time, and the buckets grow by half
+//! past 64 tokens, so padding never adds more than half a step's tokens.
+
+// Read by `crate::graph`, which only a CUDA build has.
+#![cfg_attr(not(feature = "cuda"), allow(dead_code))]
+
+/// Token counts a step with prompt tokens is captured for by default.
+pub const DEFAULT_GRAPH_TOKEN_BUCKETS: [usize; 9] = [16, 32, 64, 96, 128, 192, 256, 384, 512];
+
+/// The padded size of a captured step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct GraphShape {
+    pub rows: usize,
+    pub tokens: usize,
+}
+
+/// The row and token buckets graphs are captured for, both sorted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GraphShapes {
+    pub rows: Vec<usize>,
+    pub tokens: Vec<usize>,
+}
+
+impl GraphShapes {
+    /// Every shape a step can replay: each row bucket's decode shape, and
+    /// each pair of a row bucket and a larger token bucket.
+    pub(crate) fn all(&self) -> Vec<GraphShape> {
+        let decode = self
+            .rows
+            .iter()
+            .map(|&rows| GraphShape { rows, tokens: rows });
+        let prompt = self.tokens.iter().flat_map(|&tokens| {
+            self.rows
+                .iter()
+                .filter(move |&&rows| rows < tokens)
+                .map(move |&rows| GraphShape { rows, tokens })
+        });
+        decode.chain(prompt).collect()
+    }
+
+    /// The shape that a step of `seqs` sequences and `tokens` tokens
+    /// replays, or `None` when it runs eagerly: larger than every bucket,
+    /// or its last padded row would need more than `max_padded_context`
+    /// tokens (what a block table holds).
+    pub(crate) fn of(
+        &self,
+        seqs: usize,
+        tokens: usize,
+        max_padded_context: usize,
+    ) -> Option<GraphShape> {
+        let row_bucket = |at_least: usize| self.rows.iter().copied().find(|&b| b >= at_least);
+        if tokens == seqs {
+            let rows = row_bucket(seqs)?;
+            return Some(GraphShape { rows, tokens: rows });
+        }
+        self.tokens
+            .iter()
+            .copied()
+            .filter(|&bucket| bucket >= tokens)
+            .find_map(|bucket| {
+                let padded_tokens = bucket - tokens;
+                let rows = row_bucket(seqs + usize::from(padded_tokens > 0))?;
+                let padded_rows = rows - seqs;
+                let fits = if padded_rows == 0 {
+                    padded_tokens == 0
+                } else {
+                    padded_tokens >= padded_rows
+                        && padded_tokens - (padded_rows - 1) <= max_padded_context
+                };
+                fits.then_some(GraphShape {
+                    rows,
+                    tokens: bucket,
+                })
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shapes() -> GraphShapes {
+        GraphShapes {
+            rows: vec![1, 2, 4, 8],
+            tokens: vec![16, 32, 64],
+        }
+    }
+
+    fn shape(rows: usize, tokens: usize) -> Option<GraphShape> {
+        Some(GraphShape { rows, tokens })
+    }
+
+    #[test]
+    fn a_decode_step_pads_its_rows_alone() {
+        assert_eq!(shapes().of(3, 3, 1024), shape(4, 4));
+        assert_eq!(shapes().of(8, 8, 1024), shape(8, 8));
+        assert_eq!(shapes().of(9, 9, 1024), None);
+    }
+
+    #[test]
+    fn a_step_with_prompt_tokens_pads_both() {
+        // One padded row takes the 6 tokens left over.
+        assert_eq!(shapes().of(3, 10, 1024), shape(4, 16));
+        // Exactly a bucket of each: nothing to pad.
+        assert_eq!(shapes().of(4, 16, 1024), shape(4, 16));
+        // 16 tokens over 3 rows: a padded row is needed, so 32 tokens.
+        assert_eq!(shapes().of(3, 16, 1024), shape(4, 32));
+        // 4 rows and 15 tokens: the padded token needs a row of its own.
+        assert_eq!(shapes().of(4, 15, 1024), shape(8, 32));
+        // 5 rows in 8 leave 3 padded rows, each needing a token: 14 real
+        // tokens leave only 2 in a bucket of 16.
+        assert_eq!(shapes().of(5, 14, 1024), shape(8, 32));
+    }
+
+    #[test]
+    fn every_shape_is_listed_once_and_is_its_own_shape() {
+        let all = shapes().all();
+        // 4 decode shapes; 16 tokens over 1 to 8 rows, 32 and 64 likewise.
+        assert_eq!(all.len(), 4 + 3 * 4);
+        for shape in all {
+            assert_eq!(shapes().of(shape.rows, shape.tokens, 1024), Some(shape));
+        }
+    }
+
+    #[test]
+    fn what_no_bucket_holds_runs_eagerly() {
+        assert_eq!(shapes().of(3, 65, 1024), None);
+        assert_eq!(shapes().of(8, 20, 1024), None, "no row bucket above 8");
+        // 2 tokens in 16: the padded row attends over the other 14.
+        assert_eq!(shapes().of(1, 2, 13), None);
+        assert_eq!(shapes().of(1, 2, 14), shape(2, 16));
+        let no_tokens = GraphShapes {
+            tokens: vec![],
+            ..shapes()
+        };
+        assert_eq!(no_tokens.of(2, 5, 1024), None);
+        assert_eq!(no_tokens.of(2, 2, 1024), shape(2, 2));
+    }
+}
