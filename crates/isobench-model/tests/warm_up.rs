@@ -6,7 +6,7 @@
 mod common;
 
 use common::{load, repo_path};
-use isobench_model::{CausalLm, KvCache, ModelFolder, SeqStep, StepBatch, warm_up};
+use isobench_model::{CausalLm, KvCache, ModelFolder, SeqStep, StepBatch, capture_graphs, warm_up};
 
 fn tiny() -> Box<dyn CausalLm> {
     load(
@@ -96,4 +96,15 @@ fn warm_up_fits_a_small_pool_and_skips_one_without_room() {
     assert!(warm_up(model.as_mut(), &mut small).unwrap().is_some());
     let mut one_token = pool(model.as_ref(), 1, 1);
     assert_eq!(warm_up(model.as_mut(), &mut one_token).unwrap(), None);
+}
+
+#[test]
+fn a_cpu_model_has_no_graphs_to_capture() {
+    let mut model = tiny();
+    assert!(model.graph_shapes().is_empty());
+    let mut cache = pool(model.as_ref(), 8, 4);
+    assert_eq!(
+        capture_graphs(model.as_mut(), &mut cache, 64, 512).unwrap(),
+        None
+    );
 }

@@ -25,6 +25,8 @@ async fn every_cpu_step_is_eager_and_none_replays_a_graph() {
     // The warm-up steps ran before the server listened, outside the
     // engine's counts.
     assert!(server.warm_up_time().is_some());
+    // A CPU model replays no CUDA graphs, so none was captured.
+    assert_eq!(server.graph_captures(), None);
     let before = server.metrics_text();
     assert_eq!(series(&before, "isobench_eager_steps_total"), 0);
 
