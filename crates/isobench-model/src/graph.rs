@@ -4,7 +4,9 @@
 //! sequences and of tokens (see [`crate::step`]), so the whole forward
 //! pass can be captured once per shape and replayed: a decode step by its
 //! row bucket, a step with prompt tokens by its row and token buckets. For
-//! each shape, captured lazily the first time a step needs it:
+//! each shape, captured the first time a step needs it (a server runs one
+//! step of every shape it can reach before it listens,
+//! [`crate::capture_graphs`]):
 //!
 //! - static device tensors hold every step input (`input_ids`, `positions`,
 //!   `slot_mapping` of the shape's tokens, `block_tables [rows, W]`,
