@@ -45,7 +45,8 @@
 set -euo pipefail
 
 usage() {
-    sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
+    # The header comment, whatever its length.
+    sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"
     exit 2
 }
 

@@ -16,8 +16,9 @@
 //! Graphs pay where a step's host-side launches take longer than its GPU
 //! work: a step of a few hundred tokens on a small model. Past the largest
 //! token bucket a step runs eagerly, which costs nothing a large step does
-//! not already hide behind its own GPU time, and the buckets grow by half
-//! past 64 tokens, so padding never adds more than half a step's tokens.
+//! not already hide behind its own GPU time, and the buckets grow by at
+//! most half past 64 tokens, so padding adds about half a step's tokens
+//! at most.
 
 // Read by `crate::graph`, which only a CUDA build has.
 #![cfg_attr(not(feature = "cuda"), allow(dead_code))]

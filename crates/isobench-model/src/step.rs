@@ -98,8 +98,8 @@ impl HostStep {
     /// all as context (its tokens attend causally over slots of block 0,
     /// so its tokens must fit `width` blocks) and writes none of them.
     /// Needs `tokens - batch tokens >= rows - batch rows`, and at least one
-    /// padded row when there are padded tokens ([`GraphShapes`] chooses
-    /// such shapes).
+    /// padded row when there are padded tokens
+    /// ([`crate::graph_shapes::GraphShapes`] chooses such shapes).
     pub(crate) fn padded(batch: &StepBatch, width: usize, rows: usize, tokens: usize) -> Self {
         let padded_rows = rows.saturating_sub(batch.seqs.len());
         let rows = batch.seqs.len() + padded_rows;

@@ -73,7 +73,7 @@ pub fn capture_graphs(
     let start = Instant::now();
     let mut captured = 0;
     for &(seqs, new) in &shapes {
-        let reachable = below(&rows, seqs) <= max_seqs && below(&tokens, new) < max_tokens;
+        let reachable = reachable((&rows, &tokens), (seqs, new), max_seqs, max_tokens);
         if !reachable || new - seqs + 1 > capacity {
             continue;
         }
@@ -81,6 +81,21 @@ pub fn capture_graphs(
         captured += 1;
     }
     Ok(Some((captured, start.elapsed())))
+}
+
+/// Whether a step of at most `max_seqs` sequences and `max_tokens` tokens
+/// can be padded to the shape `(seqs, tokens)`, given the row and token
+/// buckets: a decode shape by its rows alone (a decode step of `n`
+/// sequences has `n` tokens, and a server takes at least as many tokens a
+/// step as sequences), a shape with prompt tokens by both. A step's rows
+/// can reach the bucket above its own when its padded tokens need a row.
+fn reachable(
+    (rows, tokens): (&[usize], &[usize]),
+    (seqs, new): (usize, usize),
+    max_seqs: usize,
+    max_tokens: usize,
+) -> bool {
+    below(rows, seqs) <= max_seqs && (new == seqs || below(tokens, new) < max_tokens)
 }
 
 /// The largest of `buckets` below `bucket` (0 if none): a step padded up to
@@ -169,5 +184,23 @@ mod tests {
         assert_eq!(below(&rows, 1), 0);
         assert_eq!(below(&rows, 16), 8);
         assert_eq!(below(&rows, 3), 2);
+    }
+
+    #[test]
+    fn a_server_captures_the_shapes_its_steps_can_be_padded_to() {
+        let buckets: (&[usize], &[usize]) = (&[1, 2, 4, 8, 16], &[16, 32, 64]);
+        // At most 6 sequences and 20 tokens a step.
+        let reach = |shape| reachable(buckets, shape, 6, 20);
+        // 6 decoding sequences pad to 8 rows; a step with prompt tokens and
+        // 4 sequences can need a padded row, so 8 as well.
+        assert!(reach((8, 8)) && reach((8, 32)));
+        assert!(!reach((16, 16)) && !reach((16, 32)));
+        // 20 tokens pad to 32, never to 64.
+        assert!(reach((4, 32)) && !reach((4, 64)));
+        // Decode shapes do not depend on the token limit: 10 sequences
+        // decoding pad to 16 rows, though a token bucket of 12 lies between.
+        let uneven: (&[usize], &[usize]) = (&[4, 8, 16], &[12, 32]);
+        assert!(reachable(uneven, (16, 16), 10, 10));
+        assert!(!reachable(uneven, (8, 32), 10, 10));
     }
 }
