@@ -6,7 +6,7 @@
 #
 #   scripts/gpu-bench.sh --part PART OUTDIR [--policy P] [--workloads LIST]
 #                        [--concurrency LIST] [--model DIR] [--budget SECONDS]
-#                        [--turns N]
+#                        [--turns N] [--max-num-batched-tokens N]
 #
 # PART (each fits in the device tool's 10 minutes per command):
 #   checks      nvidia-smi, then the three below (needs all three binaries)
@@ -38,7 +38,8 @@
 # --budget (default 510 s) stops starting new serving runs once that much
 # time has passed, and the summary lists what was skipped; --turns N
 # (default 2) sends N requests per concurrency slot in a serving run (at
-# least 16, 8 on the 8B shape).
+# least 16, 8 on the 8B shape); --max-num-batched-tokens N (default
+# 2048) is the continuous policy's token budget per step.
 # GPU_BENCH_BIN (default .gpu) is where the binaries are (NAME or NAME.xz,
 # unpacked when newer than NAME); GPU_BENCH_DEVICE
 # (default cuda:0; `cpu` for a dry run of the script, f32) the device.
@@ -57,6 +58,7 @@ WORKLOADS="short long batched chat"
 CONCURRENCY="1 8 32 64 128"
 BUDGET=510
 TURNS=2
+MAX_TOKENS=2048
 MODEL=""
 BIN="${GPU_BENCH_BIN:-.gpu}"
 DEVICE="${GPU_BENCH_DEVICE:-cuda:0}"
@@ -71,8 +73,9 @@ while [ $# -gt 0 ]; do
         --budget) BUDGET="${2:?--budget needs seconds}"; shift 2 ;;
         --model) MODEL="${2:?--model needs a model folder}"; shift 2 ;;
         --turns) TURNS="${2:?--turns needs a number}"; shift 2 ;;
+        --max-num-batched-tokens) MAX_TOKENS="${2:?--max-num-batched-tokens needs a number}"; shift 2 ;;
         -h|--help) usage ;;
-        -*) echo "gpu-bench: unknown flag $1; accepted: --part, --policy, --workloads, --concurrency, --model, --budget, --turns" >&2; exit 2 ;;
+        -*) echo "gpu-bench: unknown flag $1; accepted: --part, --policy, --workloads, --concurrency, --model, --budget, --turns, --max-num-batched-tokens" >&2; exit 2 ;;
         *) [ -z "$OUTDIR" ] || { echo "gpu-bench: one OUTDIR only (got $OUTDIR and $1)" >&2; exit 2; }
            OUTDIR="$1"; shift ;;
     esac
@@ -313,7 +316,7 @@ part_serving() {
         case "$policy" in
             static) flags=(--batching static --max-batch-size 128) ;;
             dynamic) flags=(--batching dynamic --max-batch-size 128 --max-wait 50ms) ;;
-            continuous) flags=(--batching continuous --max-num-seqs 128 --max-num-batched-tokens 2048) ;;
+            continuous) flags=(--batching continuous --max-num-seqs 128 --max-num-batched-tokens "$MAX_TOKENS") ;;
         esac
         if [ $((SECONDS - START)) -ge "$BUDGET" ]; then skipped="$skipped $policy(all)"; continue; fi
         log "server $model $policy"
