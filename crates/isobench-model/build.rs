@@ -2,18 +2,24 @@
 //! kernels/common.cuh) with nvcc (`NVCC`, else `nvcc` on PATH) into a
 //! fatbin, `$OUT_DIR/NAME.fatbin`: machine code for `sm_$CUDA_COMPUTE_CAP`
 //! (default 90) and the PTX, which a newer GPU compiles when it loads
-//! it. The Rust side embeds it (src/paged_attention/cuda.rs,
-//! src/decode.rs). Machine code, because a driver given PTX compiles it
-//! at the module's first load: on an H200 with an empty compile cache the
-//! 1B shape's first steps took 28 s with the kernels as PTX and 13-16 s
-//! as fatbins, what remains being candle's own PTX (docs/performance.md).
+//! it. The Rust side embeds it (src/kernels.rs). Machine code, because
+//! a driver given PTX compiles it at the module's first load: on an H200
+//! with an empty compile cache the 1B shape's first steps took 28 s with
+//! the kernels as PTX and 13-16 s as fatbins, what remains being candle's
+//! own PTX (docs/performance.md).
 //! Without the feature this does nothing: CPU builds and CI need no CUDA
 //! toolkit.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-const KERNELS: [&str; 4] = ["paged_attention", "decode", "argmax", "sample"];
+const KERNELS: [&str; 5] = [
+    "paged_attention",
+    "prefill_attention",
+    "decode",
+    "argmax",
+    "sample",
+];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

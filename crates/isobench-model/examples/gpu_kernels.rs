@@ -8,7 +8,9 @@
 //!    for f16 and bf16. Block sizes 8/16/32, GQA ratios 1/4/8 (plus 7 and
 //!    16), head dims 64 and 128 (plus 16, 32 and 256), contexts 1 to 4097
 //!    in one decode batch and in one mixed prefill + decode batch, block
-//!    tables scrambled. Outputs are poisoned with NaN first.
+//!    tables scrambled, and steps with prompts of 300 to 1,000 new tokens
+//!    (bf16 and f16: the tensor-core kernel's tiles). Outputs are
+//!    poisoned with NaN first.
 //! 2. A decode step (write_kv + attention) captured in a CUDA graph and
 //!    replayed with new inputs must equal the eager step.
 //! 3. Timing: bf16 decode attention of a Llama-3-8B layer (32 heads, 8 KV
@@ -18,6 +20,9 @@
 //!    100 launches after
 //!    warm-up (synchronize + host clock), eager and replayed from a CUDA
 //!    graph, with the KV bytes read per second of the replayed launch.
+//!    Then the attention of one whole prompt of 512, 2,048 and 8,192
+//!    tokens on the 8B and 1B layer shapes (bf16), mean of 20 launches,
+//!    and its rate in TFLOP/s.
 //! 4. `greedy_tokens` on the GPU must choose what it chooses on the host
 //!    for the same logits: 1 to 128 rows of 7, 4,097 and 128,256 columns,
 //!    random, with the maximum planted again at a later index (a tie), NaNs
@@ -284,6 +289,12 @@ fn correctness(device: &Device, random: &mut Random) -> Result<bool> {
         seqs: vec![(100, 100), (1000, 37), (7, 1), (4097, 1), (16, 16), (1, 1)],
         padded: false,
     };
+    // Long ones: dozens of tiles of the tensor-core kernel, each walking
+    // up to a hundred key chunks.
+    let long = Step {
+        seqs: vec![(1000, 1000), (1500, 300), (50, 1)],
+        padded: true,
+    };
     let mut all = true;
     let mut run = |shape: Shape, all: &mut bool| -> Result<()> {
         let Shape {
@@ -302,6 +313,9 @@ fn correctness(device: &Device, random: &mut Random) -> Result<bool> {
             random,
         )?;
         *all &= check(device, shape, &mixed, &format!("mixed  {what}"), random)?;
+        if block_size == 16 && dtype != DType::F32 {
+            *all &= check(device, shape, &long, &format!("long   {what}"), random)?;
+        }
         Ok(())
     };
     for dtype in [DType::F32, DType::BF16, DType::F16] {
@@ -448,6 +462,50 @@ fn timing<const CONTEXT: usize>(
             replayed * 1e6,
             kv_bytes / replayed / 1e9,
         );
+    }
+    Ok(())
+}
+
+/// The attention of one whole prompt of each of `prompts` tokens (a
+/// prefill step: the tensor-core kernel), bf16, one layer of the 8B
+/// shape (head_dim 128) and of the 1B shape (head_dim 64): mean of 20
+/// eager launches, and the rate of the causal product's multiply-adds
+/// (two per query, key and head dim, for Q K^T and for P V).
+fn prefill_timing(device: &Device, random: &mut Random, prompts: &[usize]) -> Result<()> {
+    const ITERATIONS: u32 = 20;
+    let (num_heads, num_kv_heads, block_size) = (32, 8, 16);
+    for head_dim in [128, 64] {
+        println!(
+            "prefill attention, bf16, {num_heads} heads / {num_kv_heads} KV heads / head_dim {head_dim}, block size {block_size}, one prompt:"
+        );
+        for &tokens in prompts {
+            let blocks = tokens.div_ceil(block_size);
+            let cache_dims = (blocks, block_size, num_kv_heads, head_dim);
+            let cache = || Tensor::rand(-1f32, 1f32, cache_dims, device)?.to_dtype(DType::BF16);
+            let (key_cache, value_cache) = (cache()?, cache()?);
+            let table = random.permutation(blocks);
+            let tables = Tensor::from_vec(table, (1, blocks), device)?;
+            let lens = Tensor::from_vec(vec![tokens as u32], 1, device)?;
+            let starts = Tensor::from_vec(vec![0u32, tokens as u32], 2, device)?;
+            let q = Tensor::rand(-1f32, 1f32, (1, tokens, num_heads, head_dim), device)?
+                .to_dtype(DType::BF16)?;
+            let seconds = mean_seconds(device, ITERATIONS, || {
+                paged_attention(
+                    &q,
+                    (&key_cache, &value_cache),
+                    (&tables, &lens, &starts),
+                    num_heads,
+                )
+                .map(drop)
+            })?;
+            let pairs = (tokens * (tokens + 1) / 2) as f64;
+            let flops = pairs * (num_heads * head_dim) as f64 * 4.0;
+            println!(
+                "  {tokens:>5} tokens: {:>8.1} us = {:>6.1} TFLOP/s",
+                seconds * 1e6,
+                flops / seconds / 1e12
+            );
+        }
     }
     Ok(())
 }
@@ -682,6 +740,7 @@ fn run() -> Result<bool> {
     // The table width of an 8B-shaped Llama 3 served on an H200: 131,072
     // positions (the pool holds more blocks than that).
     timing::<512>(&device, &mut random, 131_072 / 16, &[1, 8, 64])?;
+    prefill_timing(&device, &mut random, &[512, 2048, 8192])?;
     let greedy = greedy_tokens_check(&device, &mut random)?;
     greedy_tokens_timing(&device)?;
     let sampled = sample_tokens_check(&device, &mut random)?;

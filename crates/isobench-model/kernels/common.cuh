@@ -1,6 +1,8 @@
 // Helpers shared by the CUDA kernels of isobench-model (paged_attention.cu,
-// decode.cu): conversions between the cache/weight types and f32, the
-// waits of programmatic dependent launch, and a warp-wide sum. Included by each; nvcc finds it beside them.
+// decode.cu, prefill_attention.cu): conversions between the cache/weight
+// types and f32, the waits of programmatic dependent launch, an
+// asynchronous copy to shared memory and a warp-wide sum. Included by
+// each; nvcc finds it beside them.
 
 #pragma once
 
@@ -69,6 +71,13 @@ __device__ __forceinline__ void wait_for_prerequisites() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// 16 bytes from global to shared memory without passing through
+// registers (cp.async; sm_80 and later).
+__device__ __forceinline__ void copy_async(void* shared, const void* global) {
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global));
 }
 
 __device__ __forceinline__ float warp_sum(float x) {

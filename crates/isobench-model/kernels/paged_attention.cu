@@ -41,13 +41,7 @@ constexpr int NUM_WARPS = NUM_THREADS / 32;
 // partition; must match PARTITION in src/paged_attention/launch.rs.
 constexpr int PARTITION = 512;
 
-// 16 bytes from global to shared memory without passing through
-// registers (cp.async); wait_copies() waits for all of this thread's.
-__device__ __forceinline__ void copy_async(void* shared, const void* global) {
-    const uint32_t address = (uint32_t)__cvta_generic_to_shared(shared);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global));
-}
-
+// Waits for all of this thread's copy_async (common.cuh).
 __device__ __forceinline__ void wait_copies() {
     asm volatile("cp.async.wait_all;" ::: "memory");
 }

@@ -33,6 +33,7 @@ pub(crate) enum Source {
     Argmax,
     Decode,
     PagedAttention,
+    PrefillAttention,
     Sample,
 }
 
@@ -43,6 +44,9 @@ impl Source {
             Source::Decode => include_bytes!(concat!(env!("OUT_DIR"), "/decode.fatbin")),
             Source::PagedAttention => {
                 include_bytes!(concat!(env!("OUT_DIR"), "/paged_attention.fatbin"))
+            }
+            Source::PrefillAttention => {
+                include_bytes!(concat!(env!("OUT_DIR"), "/prefill_attention.fatbin"))
             }
             Source::Sample => include_bytes!(concat!(env!("OUT_DIR"), "/sample.fatbin")),
         }

@@ -15,9 +15,11 @@
 //! the context is cut into partitions of 512 tokens (`PARTITION`), or fewer
 //! the smaller the batch, and each of a row's `splits` thread blocks
 //! takes every `splits`-th partition up to the row's context, so a wide
-//! table costs no empty work; a reduce kernel combines the splits. Every
-//! other step runs one block per query row and KV head over the whole
-//! visible context.
+//! table costs no empty work; a reduce kernel combines the splits. A step
+//! with prompt tokens over a bf16 or f16 cache of head_dim 64 or 128 runs
+//! on tensor cores, a block per tile of a sequence's query rows and KV
+//! head (kernels/prefill_attention.cu); every other step runs one block
+//! per query row and KV head over the whole visible context.
 //!
 //! Slots and block numbers are not bounds-checked on the device (that
 //! would need a host round trip): `crate::step` validates them before any
@@ -425,18 +427,30 @@ fn launch<T: Elem>(
     let partition_size_arg = int(*partition_size, "the partition size")?;
     let scale = 1.0f32 / (head_dim as f32).sqrt();
 
-    let name = format!(
-        "paged_attention_{}_d{head_dim}_g{}",
-        T::NAME,
-        shapes.heads_per_block()
-    );
-    let func = kernel(device, Source::PagedAttention, &name)?;
-    let config = LaunchConfig {
-        grid_dim: (
-            grid(rows, "query rows")?,
-            grid_y(shapes.head_blocks())?,
-            grid_y(*splits)?,
+    // A step with prompt tokens runs on tensor cores where a kernel
+    // exists, in tiles of query rows; the CUDA-core kernel takes a block
+    // per query row (and split). Both take the same arguments.
+    let heads_per_block = shapes.heads_per_block();
+    let (source, name, blocks, splits) = match shapes.prefill_tiles(elem) {
+        Some(tiles) => (
+            Source::PrefillAttention,
+            format!(
+                "prefill_attention_{}_d{head_dim}_g{heads_per_block}",
+                T::NAME
+            ),
+            grid(tiles, "query tiles")?,
+            1,
         ),
+        None => (
+            Source::PagedAttention,
+            format!("paged_attention_{}_d{head_dim}_g{heads_per_block}", T::NAME),
+            grid(rows, "query rows")?,
+            *splits,
+        ),
+    };
+    let func = kernel(device, source, &name)?;
+    let config = LaunchConfig {
+        grid_dim: (blocks, grid_y(shapes.head_blocks())?, grid_y(splits)?),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -457,13 +471,14 @@ fn launch<T: Elem>(
         .arg(&int(shapes.num_kv_heads, "the KV head count")?)
         .arg(&partition_size_arg)
         .arg(&scale);
-    // SAFETY: the arguments match paged_attention_* in the kernel source,
-    // which waits for its predecessor before it reads q or the caches;
+    // SAFETY: the arguments match paged_attention_* and prefill_attention_*
+    // in kernels/ (which reads neither partials nor the partition size),
+    // each waiting for its predecessor before it reads q or the caches;
     // `crate::step` checked that every block and length is within the
     // cache and the table; out and partials are sized by `plan`.
     unsafe { attention.run(config) }?;
 
-    if *splits > 1 {
+    if splits > 1 {
         let func = kernel(
             device,
             Source::PagedAttention,
@@ -481,7 +496,7 @@ fn launch<T: Elem>(
             .arg(&rows_arg)
             .arg(&heads_arg)
             .arg(&int(head_dim, "head_dim")?)
-            .arg(&int(*splits, "the context splits")?)
+            .arg(&int(splits, "the context splits")?)
             .arg(&partition_size_arg);
         // SAFETY: as above; the reduce waits for the attention, and reads
         // the splits that have work for each row's context, all written

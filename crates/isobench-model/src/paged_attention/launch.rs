@@ -1,6 +1,8 @@
 //! The shape of a CUDA paged-attention launch, from layouts alone: the
 //! kernel that fits the heads (query heads per thread block), the blocks
-//! per row, and how a decode step's contexts are split (flash decoding).
+//! per row, how a decode step's contexts are split (flash decoding), and
+//! whether a step with prompt tokens runs on tensor cores (tiles of query
+//! rows, kernels/prefill_attention.cu).
 //! Nothing here depends on a value on the device, so every replay of a
 //! CUDA graph makes the same choice; `cuda` launches what it decides.
 //! Compiled for the `cuda` feature and for its tests, which run on any
@@ -29,6 +31,11 @@ const SPLIT_GRID: usize = 1024;
 pub(super) const THREADS: u32 = 128;
 /// Head dims with a compiled attention kernel.
 const HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+/// Query vectors (a row's head) per thread block of the tensor-core
+/// kernel; must match `VECTORS` in kernels/prefill_attention.cu.
+const PREFILL_VECTORS: usize = 64;
+/// Head dims with a tensor-core kernel (for 16-bit caches only).
+const PREFILL_HEAD_DIMS: [usize; 2] = [64, 128];
 
 /// The sizes a launch depends on, all from layouts.
 pub(super) struct Shapes {
@@ -111,6 +118,20 @@ impl Shapes {
             3 | 4 => 4,
             _ => 8,
         }
+    }
+
+    /// The x dimension of the tensor-core kernel's grid when this step
+    /// runs on it: a step with prompt tokens (more query rows than
+    /// sequences) over a 16-bit cache with a compiled head dim. Tiles of
+    /// `PREFILL_VECTORS / heads_per_block()` rows of one sequence; the
+    /// grid bounds their count by shapes alone (each sequence's last tile
+    /// may be partial), and blocks without a tile return.
+    pub(super) fn prefill_tiles(&self, elem_size: usize) -> Option<usize> {
+        if self.rows == self.seqs || elem_size != 2 || !PREFILL_HEAD_DIMS.contains(&self.head_dim) {
+            return None;
+        }
+        let tile_rows = PREFILL_VECTORS / self.heads_per_block();
+        Some(self.rows.div_ceil(tile_rows) + self.seqs)
     }
 
     /// Thread blocks per row and split: one per KV head and chunk of its
@@ -214,6 +235,37 @@ mod tests {
         assert_eq!(shapes(LLAMA_8B, 7, 1, WIDE).unwrap().split(BF16).0, 1);
         // A table of 32 tokens is one partition.
         assert_eq!(shapes(LLAMA_8B, 1, 1, 2).unwrap().split(BF16).0, 1);
+    }
+
+    #[test]
+    fn steps_with_prompt_tokens_in_16_bits_run_in_tiles_of_rows() {
+        // A prefill chunk of 100 tokens beside 3 decodes: 4 sequences,
+        // 103 rows; 4 heads a block, so tiles of 16 rows.
+        let mixed = shapes(LLAMA_8B, 103, 4, WIDE).unwrap();
+        assert_eq!(mixed.prefill_tiles(BF16), Some(103usize.div_ceil(16) + 4));
+        // The 1B shape's head dim too; a group of 8 takes 8 rows a tile.
+        assert_eq!(
+            shapes(LLAMA_1B, 64, 1, WIDE).unwrap().prefill_tiles(BF16),
+            Some(5)
+        );
+        assert_eq!(
+            shapes((64, 8, 128), 64, 1, WIDE)
+                .unwrap()
+                .prefill_tiles(BF16),
+            Some(9)
+        );
+        // Decode steps, f32 caches and other head dims keep the CUDA-core kernel.
+        assert_eq!(
+            shapes(LLAMA_8B, 4, 4, WIDE).unwrap().prefill_tiles(BF16),
+            None
+        );
+        assert_eq!(mixed.prefill_tiles(F32), None);
+        assert_eq!(
+            shapes((8, 2, 256), 103, 4, WIDE)
+                .unwrap()
+                .prefill_tiles(BF16),
+            None
+        );
     }
 
     #[test]
