@@ -243,7 +243,8 @@ mod tests {
         // 103 rows; 4 heads a block, so tiles of 16 rows.
         let mixed = shapes(LLAMA_8B, 103, 4, WIDE).unwrap();
         assert_eq!(mixed.prefill_tiles(BF16), Some(103usize.div_ceil(16) + 4));
-        // The 1B shape's head dim too; a group of 8 takes 8 rows a tile.
+        // The 1B shape's head dim too: 4 tiles of 16 rows, plus the bound's
+        // one per sequence. A group of 8 heads takes 8 rows a tile.
         assert_eq!(
             shapes(LLAMA_1B, 64, 1, WIDE).unwrap().prefill_tiles(BF16),
             Some(5)
