@@ -153,9 +153,10 @@ pub fn load_model(
 /// Loads the folder's weights onto `device` as `options` say. On a CUDA
 /// device (open it with [`parse_device`]) with `cuda_graphs` on, a step
 /// replays a CUDA graph captured, on first use (or ahead, by
-/// [`capture_graphs`]), for the smallest buckets that hold it, padded: a decode step (every sequence brings one token)
-/// by its sequences, a step with prompt tokens by its sequences and its
-/// tokens; a step larger than the largest buckets runs eagerly.
+/// [`capture_graphs`]), for the smallest buckets that hold it, padded: a
+/// decode step (every sequence brings one token) by its sequences, a step
+/// with prompt tokens by its sequences and its tokens; a step larger than
+/// the largest buckets runs eagerly.
 pub fn load_model_with(
     folder: &ModelFolder,
     device: &Device,
