@@ -37,8 +37,9 @@
 # several calls); --model DIR serves another folder in a serving part;
 # --budget (default 510 s) stops starting new serving runs once that much
 # time has passed, and the summary lists what was skipped; --turns N
-# (default 2) sends N requests per concurrency slot in a serving run (at
-# least 16, 8 on the 8B shape); --max-num-batched-tokens N (default
+# (default 2) sends N measured requests per concurrency slot in a serving
+# run (at least 16, 8 on the 8B shape), after one warm-up request per
+# slot; --max-num-batched-tokens N (default
 # 2048) is the continuous policy's token budget per step.
 # GPU_BENCH_BIN (default .gpu) is where the binaries are (NAME or NAME.xz,
 # unpacked when newer than NAME); GPU_BENCH_DEVICE
@@ -306,6 +307,17 @@ requests_for() {
     echo $((c * TURNS > min ? c * TURNS : min))
 }
 
+# Warm-up requests per run: the closed loop's first round (one request per
+# slot, at least 2). Those C requests all start together at an idle server,
+# a burst that no later round repeats unless the policy itself lines the
+# requests up again (static and dynamic batching do; continuous batching
+# spreads them out), so counting it would put the start-up burst into
+# every policy's p99 TTFT.
+warmup_for() {
+    local c="$1"
+    echo $((c > 2 ? c : 2))
+}
+
 part_serving() {
     local model="${MODEL:-models/$1}" min_requests="$2"
     model="${model%/}"
@@ -335,7 +347,7 @@ part_serving() {
                 log "$policy $workload concurrency $c"
                 "$BIN/isobench" run "workloads/$workload.toml" --target "http://127.0.0.1:$port" \
                     --tokenizer "$model/tokenizer.json" --usage-per-event --arrival closed --concurrency "$c" \
-                    --max-requests "$(requests_for "$c" "$min_requests")" --warmup "$((c < 8 ? 2 : 8))" \
+                    --max-requests "$(requests_for "$c" "$min_requests")" --warmup "$(warmup_for "$c")" \
                     --quiet --output "$out" --log "${out%.json}.requests.jsonl" \
                     >"${out%.json}.txt" 2>&1 \
                     || { log "run failed (exit $?): $(tail -2 "${out%.json}.txt" | tr '\n' ' ')"; }

@@ -27,7 +27,10 @@
 //! on a GPU (host clock on the CPU); the median is reported. On a GPU the
 //! floor is (weight bytes read + KV bytes read) / the device-to-device copy
 //! bandwidth measured at the start of the run (a 1 GiB copy, counting the
-//! bytes read and written). Prints a table and one JSON line per row.
+//! bytes read and written). Prints a table and one JSON line per row; the
+//! JSON's `issue_ms` is the host's time to launch a step (until `forward`
+//! returns, before waiting for the GPU) in each mode: an eager step whose
+//! launches take less than its GPU time keeps the GPU busy without graphs.
 
 mod check;
 
@@ -171,6 +174,9 @@ impl Batch {
 struct Measured {
     medians: Vec<Duration>,
     host_medians: Vec<Duration>,
+    /// Host time until `forward` returned, before waiting for the GPU:
+    /// what launching (or replaying) the step costs the host.
+    issue_medians: Vec<Duration>,
     replayed: Vec<bool>,
     mean_context: f64,
     prefill_tokens_per_s: f64,
@@ -205,25 +211,35 @@ fn measure(models: &mut [Box<dyn CausalLm>], batch_size: usize, args: &Args) -> 
     let mut result = Measured {
         medians: Vec::new(),
         host_medians: Vec::new(),
+        issue_medians: Vec::new(),
         replayed: Vec::new(),
         mean_context: 0.0,
         prefill_tokens_per_s,
     };
     let mut context_sum = 0.0;
+    // The decode steps are marked for a profiler started with profiling off
+    // (`ncu --profile-from-start off`, `nsys profile -c cudaProfilerApi`),
+    // which then skips the load and the prefills; without one attached,
+    // starting and stopping (on drop) do nothing.
+    #[cfg(feature = "cuda")]
+    let _profiled = cudarc::driver::Profiler::new()?;
     for model in models.iter_mut() {
         let mut device_times = Vec::with_capacity(args.steps);
         let mut host_times = Vec::with_capacity(args.steps);
+        let mut issue_times = Vec::with_capacity(args.steps);
         let mut replayed = true;
         for step in 0..WARM_UP_STEPS + args.steps {
             let input = batch.step(&decode, step as u32);
             let start = Instant::now();
             let logits = model.forward(&input, &mut cache)?;
+            let issued = start.elapsed();
             sync(&logits)?;
             let host = start.elapsed();
             let stats = model.last_step();
             if step >= WARM_UP_STEPS {
                 device_times.push(stats.device_time.unwrap_or(host));
                 host_times.push(host);
+                issue_times.push(issued);
                 replayed &= stats.graph_replayed;
                 context_sum +=
                     batch.contexts.iter().sum::<usize>() as f64 / batch_size as f64 + 1.0;
@@ -232,6 +248,7 @@ fn measure(models: &mut [Box<dyn CausalLm>], batch_size: usize, args: &Args) -> 
         }
         result.medians.push(median(device_times));
         result.host_medians.push(median(host_times));
+        result.issue_medians.push(median(issue_times));
         result.replayed.push(replayed);
     }
     result.mean_context = context_sum / (models.len() * args.steps) as f64;
@@ -397,6 +414,7 @@ fn bench(args: &Args) -> Result<()> {
             "graph_ms": graph,
             "graph_replayed": column(true).map(|i| measured.replayed[i]),
             "host_ms": measured.host_medians.iter().map(|d| d.as_secs_f64() * 1e3).collect::<Vec<_>>(),
+            "issue_ms": measured.issue_medians.iter().map(|d| d.as_secs_f64() * 1e3).collect::<Vec<_>>(),
             "floor_ms": floor,
             "weight_bytes": weights,
             "kv_bytes": kv_bytes,
