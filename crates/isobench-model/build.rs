@@ -13,10 +13,11 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const KERNELS: [&str; 5] = [
+const KERNELS: [&str; 6] = [
     "paged_attention",
     "prefill_attention",
     "decode",
+    "fused",
     "argmax",
     "sample",
 ];

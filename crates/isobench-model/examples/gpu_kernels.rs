@@ -12,7 +12,11 @@
 //!    (bf16 and f16: the tensor-core kernel's tiles). Outputs are
 //!    poisoned with NaN first.
 //! 2. A decode step (write_kv + attention) captured in a CUDA graph and
-//!    replayed with new inputs must equal the eager step.
+//!    replayed with new inputs must equal the eager step. The fused
+//!    kernels of steps of several tokens (src/fused.rs) against candle's
+//!    ops in f32 on the same rounded inputs, bf16/f16/f32, rows of 64 to
+//!    14,336 values: `silu_mul` and the RMSNorm of `add_rms_norm` within
+//!    1e-6 (f32) and 1e-2 relative error, its sum equal to candle's add.
 //! 3. Timing: bf16 decode attention of a Llama-3-8B layer (32 heads, 8 KV
 //!    heads, head_dim 128, block size 16, table width for 4096 tokens) at
 //!    context 1024, batch 1/8/32/64/128, and with the table width a served
@@ -48,7 +52,7 @@ use candle_core::cuda_backend::cudarc::driver::sys::{
     CUgraphInstantiate_flags, CUstreamCaptureMode,
 };
 use candle_core::{DType, Device, Result, Tensor};
-use isobench_model::kernels_for_checks::{paged_attention, write_kv};
+use isobench_model::kernels_for_checks::{add_rms_norm, paged_attention, silu_mul, write_kv};
 use isobench_model::{Draw, greedy_tokens, sample_tokens};
 
 const PADDING_SLOT: u32 = u32::MAX;
@@ -558,6 +562,65 @@ fn greedy_tokens_check(device: &Device, random: &mut Random) -> Result<bool> {
     Ok(pass)
 }
 
+/// A random [rows, cols] tensor of `dtype` on `device`, values in
+/// [-scale, scale) plus `offset`.
+fn random_tensor(
+    device: &Device,
+    random: &mut Random,
+    (rows, cols): (usize, usize),
+    dtype: DType,
+    (scale, offset): (f32, f32),
+) -> Result<Tensor> {
+    let values = random.values(rows * cols);
+    let values: Vec<f32> = values.iter().map(|v| v * scale + offset).collect();
+    Tensor::from_vec(values, (rows, cols), device)?.to_dtype(dtype)
+}
+
+/// The fused kernels against candle's ops in f32 on the same rounded
+/// inputs: `silu_mul` within one rounding of the product, `add_rms_norm`'s
+/// sum equal to candle's add in the dtype and its norm within one rounding
+/// of candle's rmsnorm of that sum in f32.
+fn fused_check(device: &Device, random: &mut Random) -> Result<bool> {
+    const EPS: f32 = 1e-5;
+    let mut pass = true;
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
+        let tolerance = if dtype == DType::F32 { 1e-6 } else { 1e-2 };
+        for shape in [(1, 2048), (7, 4096), (128, 4096), (3, 14336), (5, 64)] {
+            let gate = random_tensor(device, random, shape, dtype, (6.0, 0.0))?;
+            let up = random_tensor(device, random, shape, dtype, (2.0, 0.0))?;
+            let want = (gate.to_dtype(DType::F32)?.silu()? * up.to_dtype(DType::F32)?)?;
+            poison(device, shape.0 * shape.1 * 4)?;
+            let got = silu_mul(&gate, &up)?;
+            let silu_error = relative_error(&to_f32(&got)?, &to_f32(&want)?);
+
+            let x = random_tensor(device, random, shape, dtype, (1.0, 0.0))?;
+            let residual = random_tensor(device, random, shape, dtype, (4.0, 0.0))?;
+            let weight =
+                random_tensor(device, random, (1, shape.1), dtype, (0.5, 1.0))?.flatten_all()?;
+            let want_sum = (&x + &residual)?;
+            let want_normed = candle_nn::ops::rms_norm(
+                &want_sum.to_dtype(DType::F32)?,
+                &weight.to_dtype(DType::F32)?,
+                EPS,
+            )?;
+            poison(device, shape.0 * shape.1 * 8)?;
+            let (sum, normed) = add_rms_norm(&x, &residual, &weight, EPS)?;
+            let sum_equal = to_f32(&sum)? == to_f32(&want_sum)?;
+            let norm_error = relative_error(&to_f32(&normed)?, &to_f32(&want_normed)?);
+            let ok = silu_error < tolerance && sum_equal && norm_error < tolerance;
+            pass &= ok;
+            println!(
+                "{} fused {dtype:?} {}x{}: silu_mul rel. error {silu_error:.2e}, add_rms_norm sum {}, norm rel. error {norm_error:.2e} (limit {tolerance:.0e})",
+                if ok { "PASS" } else { "FAIL" },
+                shape.0,
+                shape.1,
+                if sum_equal { "identical" } else { "DIFFERS" },
+            );
+        }
+    }
+    Ok(pass)
+}
+
 /// `greedy_tokens` against candle's argmax, each with its copy to the host.
 fn greedy_tokens_timing(device: &Device) -> Result<()> {
     const ITERATIONS: u32 = 100;
@@ -736,6 +799,7 @@ fn run() -> Result<bool> {
     let mut random = Random(seed);
     let correct = correctness(&device, &mut random)?;
     let graph = graph_replay(&device, &mut random)?;
+    let fused = fused_check(&device, &mut random)?;
     timing::<1024>(&device, &mut random, 4096 / 16, &[1, 8, 32, 64, 128])?;
     // The table width of an 8B-shaped Llama 3 served on an H200: 131,072
     // positions (the pool holds more blocks than that).
@@ -745,5 +809,5 @@ fn run() -> Result<bool> {
     greedy_tokens_timing(&device)?;
     let sampled = sample_tokens_check(&device, &mut random)?;
     sample_tokens_timing(&device)?;
-    Ok(correct && graph && greedy && sampled)
+    Ok(correct && graph && fused && greedy && sampled)
 }

@@ -31,7 +31,7 @@ use candle_core::{DType, Module, Result, Tensor, bail};
 use candle_nn::{Embedding, Linear};
 
 use crate::KvCache;
-use crate::kernels::{self, Arg, Source, device_ptr, empty};
+use crate::kernels::{self, Arg, Source, device_ptr, dtype_name, empty};
 use crate::paged_attention::Metadata;
 use crate::paged_attention::cuda::{Buffers, attend_into, grid, int};
 use crate::step::StepTensors;
@@ -387,15 +387,6 @@ impl Launch<'_> {
         // step's inputs, or writes.
         unsafe { self.launch.run(config) }
     }
-}
-
-fn dtype_name(dtype: DType) -> Result<&'static str> {
-    Ok(match dtype {
-        DType::F32 => "f32",
-        DType::F16 => "f16",
-        DType::BF16 => "bf16",
-        other => bail!("decode kernels: no kernels for {other:?}"),
-    })
 }
 
 /// The bias's address, or null.

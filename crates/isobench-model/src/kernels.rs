@@ -32,6 +32,7 @@ use half::{bf16, f16};
 pub(crate) enum Source {
     Argmax,
     Decode,
+    Fused,
     PagedAttention,
     PrefillAttention,
     Sample,
@@ -42,6 +43,7 @@ impl Source {
         match self {
             Source::Argmax => include_bytes!(concat!(env!("OUT_DIR"), "/argmax.fatbin")),
             Source::Decode => include_bytes!(concat!(env!("OUT_DIR"), "/decode.fatbin")),
+            Source::Fused => include_bytes!(concat!(env!("OUT_DIR"), "/fused.fatbin")),
             Source::PagedAttention => {
                 include_bytes!(concat!(env!("OUT_DIR"), "/paged_attention.fatbin"))
             }
@@ -219,6 +221,16 @@ impl<'a> Launch<'a> {
         .result()
         .w()
     }
+}
+
+/// The suffix of a kernel compiled for `dtype` (`{name}_{suffix}`).
+pub(crate) fn dtype_name(dtype: DType) -> Result<&'static str> {
+    Ok(match dtype {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        other => bail!("CUDA kernels: no kernels for {other:?}"),
+    })
 }
 
 /// An uninitialised tensor on `device`; the kernel that receives it

@@ -41,7 +41,8 @@
 //! is the network, `cpu` runs it on the CPU with this crate's own kernels
 //! (SIMD projections, one thread pool, reused buffers), `rope` its rotary
 //! embeddings, `paged_attention` its CPU and CUDA kernels, `decode` the
-//! CUDA kernels of single-token steps, `argmax` the greedy token of each
+//! CUDA kernels of single-token steps, `fused` two fused elementwise ops
+//! of the other steps (SwiGLU's product, residual add and RMSNorm), `argmax` the greedy token of each
 //! row of logits, `sample` a token drawn at random from each, `kernels`
 //! loads the CUDA modules and launches the dependent ones, `cache` the KV
 //! storage, `step` turns a [`StepBatch`] into tensors, `graph` captures and
@@ -60,6 +61,7 @@ mod decode;
 mod device;
 mod error;
 mod folder;
+mod fused;
 mod gguf;
 #[cfg(feature = "cuda")]
 mod graph;
@@ -99,11 +101,15 @@ pub use weights::WeightCache;
 
 pub use candle_core::{DType, Device, Tensor};
 
-/// The paged-attention ops over plain tensors, for examples/gpu_kernels.rs
-/// (CUDA kernels checked against the CPU ones); not an API.
+/// The paged-attention ops and the fused elementwise kernels over plain
+/// tensors, for examples/gpu_kernels.rs (CUDA kernels checked against the
+/// CPU's or candle's); not an API.
 #[cfg(feature = "cuda")]
 #[doc(hidden)]
-pub use paged_attention::checks as kernels_for_checks;
+pub mod kernels_for_checks {
+    pub use crate::fused::checks::{add_rms_norm, silu_mul};
+    pub use crate::paged_attention::checks::{paged_attention, write_kv};
+}
 
 use weights::Weights;
 

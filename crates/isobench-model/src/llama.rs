@@ -16,12 +16,14 @@
 //! and the CPU step of [`crate::cpu`] (`CpuNetwork`, q/k/v and gate/up
 //! fused), from the same checkpoint names. On CUDA, `Network` hands
 //! single-token steps to the kernels of `crate::decode`, over its own
-//! tensors.
+//! tensors, and runs SwiGLU's product and each residual add with the
+//! norm after it as one kernel in the other steps (`crate::fused`).
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm};
 
 use crate::cpu::{CpuLayer, CpuNetwork, Isa, Matrix, Projection, Shapes};
+use crate::fused::FusedOps;
 use crate::paged_attention::{paged_attention, write_kv};
 use crate::rope::{RotaryEmbedding, rotate};
 use crate::seeded::Init;
@@ -78,19 +80,18 @@ impl Mlp {
             down_proj: linear(i, h, bias, &w.pp("down_proj"))?,
         })
     }
-}
 
-impl Module for Mlp {
-    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        let lhs = xs.apply(&self.gate_proj)?.silu()?;
-        let rhs = xs.apply(&self.up_proj)?;
-        (lhs * rhs)?.apply(&self.down_proj)
+    fn forward(&self, xs: &Tensor, fused: &FusedOps) -> Result<Tensor> {
+        let gate = xs.apply(&self.gate_proj)?;
+        let up = xs.apply(&self.up_proj)?;
+        fused.silu_mul(&gate, &up)?.apply(&self.down_proj)
     }
 }
 
 /// What every layer of one step shares.
 struct StepContext<'a> {
     step: &'a StepTensors,
+    fused: &'a FusedOps,
     /// cos and sin of the tokens' rotary angles, [T, head_dim / 2] each.
     angles: (Tensor, Tensor),
 }
@@ -165,18 +166,33 @@ impl DecoderLayer {
         })
     }
 
+    /// The residual stream `xs` after this layer, and with `next_norm`
+    /// (the next layer's input norm, applied by this layer's last add) the
+    /// stream through it. `normed` is `xs` through this layer's input norm
+    /// when the layer before made it so.
     fn forward(
         &self,
-        xs: &Tensor,
+        (xs, normed): (&Tensor, Option<Tensor>),
         ctx: &StepContext<'_>,
         cache: (&Tensor, &Tensor),
-    ) -> Result<Tensor> {
-        let attended = self
-            .self_attn
-            .forward(&xs.apply(&self.input_layernorm)?, ctx, cache)?;
-        let xs = (attended + xs)?;
-        let mlp_out = xs.apply(&self.post_attention_layernorm)?.apply(&self.mlp)?;
-        mlp_out + xs
+        next_norm: Option<&RmsNorm>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let normed = match normed {
+            Some(normed) => normed,
+            None => xs.apply(&self.input_layernorm)?,
+        };
+        let attended = self.self_attn.forward(&normed, ctx, cache)?;
+        let (xs, normed) =
+            ctx.fused
+                .add_rms_norm(&attended, xs, self.post_attention_layernorm.weight())?;
+        let mlp_out = self.mlp.forward(&normed, ctx.fused)?;
+        match next_norm {
+            Some(norm) => {
+                let (xs, normed) = ctx.fused.add_rms_norm(&mlp_out, &xs, norm.weight())?;
+                Ok((xs, Some(normed)))
+            }
+            None => Ok(((mlp_out + xs)?, None)),
+        }
     }
 }
 
@@ -188,6 +204,8 @@ pub(crate) struct Network {
     norm: RmsNorm,
     lm_head: Linear,
     rotary: RotaryEmbedding,
+    /// SwiGLU's product, and each residual add with the norm after it.
+    fused: FusedOps,
     /// On CUDA, the kernels that run single-token steps.
     #[cfg(feature = "cuda")]
     single_token: Option<crate::decode::SingleToken>,
@@ -203,11 +221,14 @@ impl Network {
         }
         let ctx = StepContext {
             step,
+            fused: &self.fused,
             angles: self.rotary.angles(&step.positions)?,
         };
         let mut xs = self.embed_tokens.forward(&step.input_ids)?;
+        let mut normed = None;
         for (index, layer) in self.layers.iter().enumerate() {
-            xs = layer.forward(&xs, &ctx, cache.layer(index))?;
+            let next_norm = self.layers.get(index + 1).map(|next| &next.input_layernorm);
+            (xs, normed) = layer.forward((&xs, normed), &ctx, cache.layer(index), next_norm)?;
         }
         xs.index_select(&step.last_token_rows, 0)?
             .apply(&self.norm)?
@@ -325,7 +346,8 @@ impl Llama {
 }
 
 /// The candle graph of the network; on CUDA with `own_kernels`,
-/// single-token steps on the kernels of [`crate::decode`].
+/// single-token steps on the kernels of [`crate::decode`] and the fused
+/// ops of [`crate::fused`] in the others.
 fn candle_network(
     cfg: &ModelConfig,
     w: &Weights<'_>,
@@ -350,6 +372,7 @@ fn candle_network(
         norm: rms_norm(cfg.hidden_size, cfg.rms_norm_eps, &model.pp("norm"))?,
         lm_head,
         rotary: RotaryEmbedding::new(cfg, w.dtype(), w.device())?,
+        fused: FusedOps::new(w.device(), w.dtype(), cfg.rms_norm_eps, own_kernels)?,
         #[cfg(feature = "cuda")]
         single_token: None,
     };
@@ -360,8 +383,6 @@ fn candle_network(
             .flatten(),
         ..network
     };
-    #[cfg(not(feature = "cuda"))]
-    let _ = own_kernels; // only the CUDA build has kernels of its own here
     Ok(network)
 }
 
