@@ -365,7 +365,13 @@ impl Drop for LeaveQueue<'_> {
 /// scraper reads the mock as it would a vLLM server.
 async fn metrics(State(state): State<Arc<MockState>>) -> impl IntoResponse {
     let waiting = state.waiting.load(Ordering::Acquire);
-    let running = state.active.load(Ordering::Acquire).saturating_sub(waiting);
+    // Running answers are the slots held. (Active minus waiting read two
+    // counters that a request entering the queue changes one after the
+    // other, so it could count that request as running: 3 of 2 slots.)
+    let running = match (&state.running, state.behaviour.config.max_running) {
+        (Some(slots), Some(limit)) => limit.saturating_sub(slots.available_permits()),
+        _ => state.active.load(Ordering::Acquire),
+    };
     let model = &state.behaviour.config.models[0];
     let body = format!(
         "# HELP vllm:num_requests_running Answers being generated.\n\
