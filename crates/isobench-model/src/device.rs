@@ -9,6 +9,14 @@
 //! cuBLAS workspace so that cuBLAS never allocates one mid-capture. Eager
 //! and captured steps then use the same workspace and so the same gemm
 //! algorithms.
+//!
+//! Tensors come from the device's default memory pool (cudarc allocates
+//! and frees them in stream order). By default that pool hands every byte
+//! it does not hold for a live tensor back to the driver at each
+//! synchronisation, and the engine synchronises once a step, so every
+//! eager step would map its activations' memory afresh. The pool here
+//! keeps what it has, as PyTorch's caching allocator does; [`device_memory`]
+//! returns the idle part to the driver before it counts free memory.
 
 use candle_core::Device;
 
@@ -74,7 +82,43 @@ fn open_cuda(ordinal: usize) -> Result<Device, ModelError> {
     // synchronisation is lost.
     unsafe { cuda.disable_event_tracking() };
     set_cublas_workspace(cuda).map_err(|err| failed(&err))?;
+    keep_freed_memory(cuda).map_err(|err| failed(&err))?;
     Ok(device)
+}
+
+/// The memory pool that `cuMemAllocAsync` on `cuda`'s stream draws from.
+#[cfg(feature = "cuda")]
+fn default_pool(
+    cuda: &candle_core::CudaDevice,
+) -> Result<cudarc::driver::sys::CUmemoryPool, cudarc::driver::DriverError> {
+    let context = cuda.cuda_stream().context().clone();
+    context.bind_to_thread()?;
+    let mut pool = std::ptr::null_mut();
+    // SAFETY: `pool` is a valid place for the handle; the device is the
+    // context's own.
+    unsafe { cudarc::driver::sys::cuDeviceGetDefaultMemPool(&raw mut pool, context.cu_device()) }
+        .result()?;
+    Ok(pool)
+}
+
+/// Sets the pool's release threshold to its maximum: memory freed by one
+/// step stays in the pool for the next (module docs).
+#[cfg(feature = "cuda")]
+fn keep_freed_memory(cuda: &candle_core::CudaDevice) -> Result<(), String> {
+    use cudarc::driver::sys::CUmemPool_attribute;
+
+    let pool = default_pool(cuda).map_err(|err| format!("no default memory pool: {err}"))?;
+    let mut threshold = u64::MAX;
+    // SAFETY: the release threshold attribute takes a u64.
+    unsafe {
+        cudarc::driver::sys::cuMemPoolSetAttribute(
+            pool,
+            CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&raw mut threshold).cast(),
+        )
+    }
+    .result()
+    .map_err(|err| format!("cannot set the memory pool's release threshold: {err}"))
 }
 
 /// Bytes of the fixed cuBLAS workspace (what PyTorch gives Hopper GPUs).
@@ -110,12 +154,22 @@ fn set_cublas_workspace(cuda: &candle_core::CudaDevice) -> Result<(), String> {
 }
 
 /// Free and total memory of `device`; `None` on the CPU (or if the driver
-/// cannot say).
+/// cannot say). On a GPU it first waits for the device's stream and hands
+/// the memory pool's idle memory back to the driver, so that memory freed
+/// by earlier steps (or by loading) counts as free.
 pub fn device_memory(device: &Device) -> Option<DeviceMemory> {
     match device {
         #[cfg(feature = "cuda")]
         Device::Cuda(cuda) => {
-            let (free, total) = cuda.cuda_stream().context().mem_get_info().ok()?;
+            let stream = cuda.cuda_stream();
+            stream.synchronize().ok()?;
+            let pool = default_pool(cuda).ok()?;
+            // SAFETY: the pool is the device's own; trimming releases only
+            // memory that no allocation holds.
+            unsafe { cudarc::driver::sys::cuMemPoolTrimTo(pool, 0) }
+                .result()
+                .ok()?;
+            let (free, total) = stream.context().mem_get_info().ok()?;
             Some(DeviceMemory {
                 free: free as u64,
                 total: total as u64,
