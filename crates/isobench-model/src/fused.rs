@@ -10,8 +10,13 @@
 //!
 //! On CUDA with this crate's kernels, in bf16, f16 or f32, they run the
 //! fused kernels; anywhere else (the CPU's candle path, `--plain`, other
-//! dtypes, a tensor not contiguous or not 16-byte aligned) candle's ops,
-//! as before.
+//! dtypes) candle's ops, as before. A call that has the kernels but whose
+//! tensors they cannot take (not contiguous, not 16-byte aligned, not
+//! whole vectors) runs candle's ops too and is counted
+//! ([`FusedOps::fallbacks`], a step's `StepStats::fused_fallbacks`), so
+//! that `step_bench --check` can tell the model takes the fused path.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -21,6 +26,8 @@ pub(crate) struct FusedOps {
     eps: f64,
     #[cfg(feature = "cuda")]
     kernels: Option<cuda::Kernels>,
+    /// Calls that had the kernels and ran candle's ops instead.
+    fallbacks: AtomicUsize,
 }
 
 impl FusedOps {
@@ -35,16 +42,24 @@ impl FusedOps {
                 Device::Cuda(cuda) if own_kernels => cuda::Kernels::load(cuda, dtype)?,
                 _ => None,
             },
+            fallbacks: AtomicUsize::new(0),
         })
+    }
+
+    /// How many calls so far had the fused kernels but ran candle's ops,
+    /// the kernels not taking their tensors.
+    pub(crate) fn fallbacks(&self) -> usize {
+        self.fallbacks.load(Ordering::Relaxed)
     }
 
     /// `silu(gate) * up`, elementwise.
     pub(crate) fn silu_mul(&self, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
-        if let Some(kernels) = &self.kernels
-            && let Some(out) = kernels.silu_mul(gate, up)?
-        {
-            return Ok(out);
+        if let Some(kernels) = &self.kernels {
+            match kernels.silu_mul(gate, up)? {
+                Some(out) => return Ok(out),
+                None => self.count_fallback(),
+            }
         }
         gate.silu()? * up
     }
@@ -58,14 +73,20 @@ impl FusedOps {
         weight: &Tensor,
     ) -> Result<(Tensor, Tensor)> {
         #[cfg(feature = "cuda")]
-        if let Some(kernels) = &self.kernels
-            && let Some(out) = kernels.add_rms_norm(x, residual, weight, self.eps as f32)?
-        {
-            return Ok(out);
+        if let Some(kernels) = &self.kernels {
+            match kernels.add_rms_norm(x, residual, weight, self.eps as f32)? {
+                Some(out) => return Ok(out),
+                None => self.count_fallback(),
+            }
         }
         let sum = (x + residual)?;
         let normed = candle_nn::ops::rms_norm(&sum, weight, self.eps as f32)?;
         Ok((sum, normed))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn count_fallback(&self) {
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -244,6 +244,16 @@ enum Engine {
     Cpu(Box<CpuNetwork>),
 }
 
+impl Engine {
+    /// [`FusedOps::fallbacks`] so far (none on the CPU step).
+    fn fused_fallbacks(&self) -> usize {
+        match self {
+            Engine::Candle(net) => net.fused.fallbacks(),
+            Engine::Cpu(_) => 0,
+        }
+    }
+}
+
 /// A Llama-family causal LM; build it with [`crate::load_model_with`].
 pub(crate) struct Llama {
     engine: Engine,
@@ -534,6 +544,7 @@ impl CausalLm for Llama {
             table_width: cache.max_blocks_per_seq(),
         };
         self.last = StepStats::default();
+        let fallbacks_before = self.engine.fused_fallbacks();
         if let Some(timer) = self.timer.as_mut() {
             timer.start()?;
         }
@@ -545,6 +556,7 @@ impl CausalLm for Llama {
             graph_replayed,
             padded_batch,
             device_time: None,
+            fused_fallbacks: self.engine.fused_fallbacks() - fallbacks_before,
         };
         Ok(logits)
     }

@@ -96,6 +96,13 @@ pub struct StepStats {
     /// stream before the step's inputs were uploaded and after its logits
     /// were written. `None` on the CPU.
     pub device_time: Option<Duration>,
+    /// Calls of the fused elementwise ops (SwiGLU's product, a residual
+    /// add with its norm) in this step's launches that ran candle's ops
+    /// although the network has the fused kernels, because the kernels
+    /// could not take the tensors. 0 where nothing is fused (the CPU,
+    /// candle's plain ops, single-token steps); a step that captured its
+    /// graph counts the capture's calls, a replay makes none.
+    pub fused_fallbacks: usize,
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ fn graphs_are_ignored_on_the_cpu_and_steps_report_eager() {
             graph_replayed: false,
             padded_batch: 3,
             device_time: None,
+            fused_fallbacks: 0,
         }
     );
 }

@@ -21,6 +21,9 @@
 //!    of the same run on candle's plain ops (`own_kernels` off).
 //! 5. candle's plain ops for the three prompts: f32 tokens equal the
 //!    CPU's, bf16 within [`BF16_TOLERANCE`] of the f32 reference.
+//! 6. The runs of this crate's kernels over the three prompts (f32 and
+//!    bf16, eager and graphs) took the fused elementwise ops (src/fused.rs)
+//!    at every call: no step fell back to candle's ops.
 //!
 //! Prints PASS or FAIL per check; the exit code is 1 if any failed.
 
@@ -43,11 +46,13 @@ const F32_TOLERANCE: f64 = 1e-3;
 const GRAPH_TOLERANCE: f64 = 1e-2;
 
 /// What a greedy run produced: tokens per sequence, logits per decision
-/// (one row per sequence per step), and how many steps replayed a graph.
+/// (one row per sequence per step), how many steps replayed a graph, and
+/// how many fused-op calls fell back to candle's ops.
 struct Run {
     tokens: Vec<Vec<u32>>,
     logits: Vec<Vec<f32>>,
     replayed_steps: usize,
+    fused_fallbacks: usize,
 }
 
 /// Runs `prompts` (lengths) and `DECODE_STEPS` decode steps; with
@@ -77,6 +82,7 @@ fn greedy(model: &mut dyn CausalLm, prompts: &[usize], forced: Option<&[Vec<u32>
         tokens: vec![Vec::new(); seqs],
         logits: Vec::new(),
         replayed_steps: 0,
+        fused_fallbacks: 0,
     };
     let mut contexts = vec![0usize; seqs];
     let mut step = StepBatch::default();
@@ -96,9 +102,9 @@ fn greedy(model: &mut dyn CausalLm, prompts: &[usize], forced: Option<&[Vec<u32>
     }
     for decode in 0..=DECODE_STEPS {
         let logits = model.forward(&step, &mut cache)?.to_vec2::<f32>()?;
-        if model.last_step().graph_replayed {
-            run.replayed_steps += 1;
-        }
+        let stats = model.last_step();
+        run.replayed_steps += usize::from(stats.graph_replayed);
+        run.fused_fallbacks += stats.fused_fallbacks;
         step = StepBatch::default();
         for (seq, row) in logits.into_iter().enumerate() {
             let next = match forced {
@@ -268,6 +274,14 @@ pub(crate) fn run(args: &Args) -> Result<bool> {
             format!("bf16 GPU {name}: logits max rel diff {diff:.3} (<= {BF16_TOLERANCE})"),
         );
     }
+    let fallbacks = [&eager, &graphs, &bf16_eager, &bf16_graphs].map(|run| run.fused_fallbacks);
+    report(
+        &mut passed,
+        fallbacks.iter().all(|&count| count == 0),
+        format!(
+            "fused ops taken at every call of the three-prompt runs: fallbacks to candle's ops {fallbacks:?} (f32 eager, f32 graphs, bf16 eager, bf16 graphs; all 0)"
+        ),
+    );
     println!("{}", if passed { "CHECK PASS" } else { "CHECK FAIL" });
     Ok(passed)
 }
