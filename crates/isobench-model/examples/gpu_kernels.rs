@@ -1,5 +1,6 @@
-//! GPU check of the paged-attention kernels, the greedy-token argmax and
-//! the sampler (`--features cuda`, run on the GPU machine; docs/gpu.md).
+//! GPU check of the paged-attention kernels, the fused elementwise
+//! kernels, the greedy-token argmax and the sampler (`--features cuda`,
+//! run on the GPU machine; docs/gpu.md).
 //!
 //! 1. Correctness: on fresh random inputs, the CUDA `write_kv` must leave
 //!    the cache bit-identical to the CPU kernel's (a padding slot writing
@@ -12,12 +13,13 @@
 //!    (bf16 and f16: the tensor-core kernel's tiles). Outputs are
 //!    poisoned with NaN first.
 //! 2. A decode step (write_kv + attention) captured in a CUDA graph and
-//!    replayed with new inputs must equal the eager step. The fused
-//!    kernels of steps of several tokens (src/fused.rs) against candle's
-//!    ops in f32 on the same rounded inputs, bf16/f16/f32, rows of 64 to
-//!    14,336 values: `silu_mul` and the RMSNorm of `add_rms_norm` within
-//!    1e-6 (f32) and 1e-2 relative error, its sum equal to candle's add.
-//! 3. Timing: bf16 decode attention of a Llama-3-8B layer (32 heads, 8 KV
+//!    replayed with new inputs must equal the eager step.
+//! 3. The fused kernels of steps of several tokens (src/fused.rs) against
+//!    candle's ops in f32 on the same rounded inputs, bf16/f16/f32, rows
+//!    of 64 to 14,336 values: `silu_mul` and the RMSNorm of `add_rms_norm`
+//!    within 1e-6 (f32) and 1e-2 relative error, its sum equal to
+//!    candle's add.
+//! 4. Timing: bf16 decode attention of a Llama-3-8B layer (32 heads, 8 KV
 //!    heads, head_dim 128, block size 16, table width for 4096 tokens) at
 //!    context 1024, batch 1/8/32/64/128, and with the table width a served
 //!    8B model has (131,072 tokens) at context 512, batch 1/8/64; mean of
@@ -27,12 +29,12 @@
 //!    Then the attention of one whole prompt of 512, 2,048 and 8,192
 //!    tokens on the 8B and 1B layer shapes (bf16), mean of 20 launches,
 //!    and its rate in TFLOP/s.
-//! 4. `greedy_tokens` on the GPU must choose what it chooses on the host
+//! 5. `greedy_tokens` on the GPU must choose what it chooses on the host
 //!    for the same logits: 1 to 128 rows of 7, 4,097 and 128,256 columns,
 //!    random, with the maximum planted again at a later index (a tie), NaNs
 //!    and -0/+0; then its time against candle's argmax (both bringing the
 //!    tokens to the host), mean of 100 calls.
-//! 5. `sample_tokens` on the GPU must draw what its host path draws for
+//! 6. `sample_tokens` on the GPU must draw what its host path draws for
 //!    the same logits and draws: 1 to 64 rows of 7, 4,097 and 128,256
 //!    columns, logits spread wide, narrow, in few distinct values (ties)
 //!    and with NaNs, temperatures 0.3 to 2.5, top_p 0.1 to 1, top_k none

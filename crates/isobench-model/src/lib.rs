@@ -42,8 +42,9 @@
 //! (SIMD projections, one thread pool, reused buffers), `rope` its rotary
 //! embeddings, `paged_attention` its CPU and CUDA kernels, `decode` the
 //! CUDA kernels of single-token steps, `fused` two fused elementwise ops
-//! of the other steps (SwiGLU's product, residual add and RMSNorm), `argmax` the greedy token of each
-//! row of logits, `sample` a token drawn at random from each, `kernels`
+//! of the other steps (SwiGLU's product, residual add and RMSNorm),
+//! `argmax` the greedy token of each row of logits, `sample` a token
+//! drawn at random from each, `kernels`
 //! loads the CUDA modules and launches the dependent ones, `cache` the KV
 //! storage, `step` turns a [`StepBatch`] into tensors, `graph` captures and
 //! replays decode steps (CUDA builds), `timer` times steps with CUDA
