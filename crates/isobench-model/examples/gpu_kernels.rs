@@ -18,7 +18,9 @@
 //!    candle's ops in f32 on the same rounded inputs, bf16/f16/f32, rows
 //!    of 64 to 14,336 values: `silu_mul` and the RMSNorm of `add_rms_norm`
 //!    within 1e-6 (f32) and 1e-2 relative error, its sum equal to
-//!    candle's add.
+//!    candle's add; and `silu_mul` as the model calls it, which must count
+//!    a fallback to candle's ops for transposed and unaligned tensors and
+//!    none for contiguous ones.
 //! 4. Timing: bf16 decode attention of a Llama-3-8B layer (32 heads, 8 KV
 //!    heads, head_dim 128, block size 16, table width for 4096 tokens) at
 //!    context 1024, batch 1/8/32/64/128, and with the table width a served
@@ -54,7 +56,9 @@ use candle_core::cuda_backend::cudarc::driver::sys::{
     CUgraphInstantiate_flags, CUstreamCaptureMode,
 };
 use candle_core::{DType, Device, Result, Tensor};
-use isobench_model::kernels_for_checks::{add_rms_norm, paged_attention, silu_mul, write_kv};
+use isobench_model::kernels_for_checks::{
+    add_rms_norm, paged_attention, silu_mul, silu_mul_counted, write_kv,
+};
 use isobench_model::{Draw, greedy_tokens, sample_tokens};
 
 const PADDING_SLOT: u32 = u32::MAX;
@@ -617,6 +621,45 @@ fn fused_check(device: &Device, random: &mut Random) -> Result<bool> {
                 shape.0,
                 shape.1,
                 if sum_equal { "identical" } else { "DIFFERS" },
+            );
+        }
+    }
+    pass &= fused_fallback_check(device, random)?;
+    Ok(pass)
+}
+
+/// `silu_mul` as the model calls it: the kernel where it can take the
+/// tensors (no fallback counted, the result within one rounding of
+/// candle's ops in the dtype), candle's ops where they are transposed or
+/// start off a 16-byte boundary (one fallback counted, the result
+/// candle's).
+fn fused_fallback_check(device: &Device, random: &mut Random) -> Result<bool> {
+    let mut pass = true;
+    for dtype in [DType::BF16, DType::F32] {
+        let tolerance = if dtype == DType::F32 { 1e-6 } else { 1e-2 };
+        let shape = (64, 4096);
+        let gate = random_tensor(device, random, shape, dtype, (6.0, 0.0))?;
+        let up = random_tensor(device, random, shape, dtype, (2.0, 0.0))?;
+        // One value in, whole 16-byte vectors long.
+        let offset = |t: &Tensor| {
+            let per_vector = 16 / dtype.size_in_bytes();
+            t.flatten_all()?
+                .narrow(0, 1, shape.0 * shape.1 - per_vector)
+        };
+        let cases = [
+            ("contiguous", gate.clone(), up.clone(), 0),
+            ("transposed", gate.t()?, up.t()?, 1),
+            ("one value off alignment", offset(&gate)?, offset(&up)?, 1),
+        ];
+        for (what, gate, up, want_fallbacks) in cases {
+            let want = (gate.silu()? * &up)?;
+            let (got, fallbacks) = silu_mul_counted(&gate, &up)?;
+            let error = relative_error(&to_f32(&got)?, &to_f32(&want)?);
+            let ok = fallbacks == want_fallbacks && error < tolerance;
+            pass &= ok;
+            println!(
+                "{} fused fallback count {dtype:?} {what}: {fallbacks} counted (want {want_fallbacks}), rel. error to candle's ops {error:.2e} (limit {tolerance:.0e})",
+                if ok { "PASS" } else { "FAIL" },
             );
         }
     }

@@ -23,7 +23,7 @@ use candle_core::{DType, Device, Result, Tensor};
 /// The fused ops of one network: its RMSNorm epsilon, and on CUDA the
 /// kernels.
 pub(crate) struct FusedOps {
-    eps: f64,
+    eps: f32,
     #[cfg(feature = "cuda")]
     kernels: Option<cuda::Kernels>,
     /// Calls that had the kernels and ran candle's ops instead.
@@ -36,7 +36,7 @@ impl FusedOps {
         #[cfg(not(feature = "cuda"))]
         let _ = (device, dtype, own_kernels);
         Ok(Self {
-            eps,
+            eps: eps as f32,
             #[cfg(feature = "cuda")]
             kernels: match device {
                 Device::Cuda(cuda) if own_kernels => cuda::Kernels::load(cuda, dtype)?,
@@ -74,13 +74,13 @@ impl FusedOps {
     ) -> Result<(Tensor, Tensor)> {
         #[cfg(feature = "cuda")]
         if let Some(kernels) = &self.kernels {
-            match kernels.add_rms_norm(x, residual, weight, self.eps as f32)? {
+            match kernels.add_rms_norm(x, residual, weight, self.eps)? {
                 Some(out) => return Ok(out),
                 None => self.count_fallback(),
             }
         }
         let sum = (x + residual)?;
-        let normed = candle_nn::ops::rms_norm(&sum, weight, self.eps as f32)?;
+        let normed = candle_nn::ops::rms_norm(&sum, weight, self.eps)?;
         Ok((sum, normed))
     }
 
@@ -92,7 +92,8 @@ impl FusedOps {
 
 /// The fused kernels over plain CUDA tensors, for examples/gpu_kernels.rs
 /// (checked against candle's ops); an error where they cannot take the
-/// tensors. Not an API.
+/// tensors, except in [`checks::silu_mul_counted`], which counts the
+/// fallback. Not an API.
 #[cfg(feature = "cuda")]
 pub mod checks {
     use candle_core::{Result, Tensor, bail};
@@ -123,6 +124,15 @@ pub mod checks {
             Some(out) => Ok(out),
             None => bail!("fused kernels: add_rms_norm cannot take these tensors"),
         }
+    }
+
+    /// `silu(gate) * up` as the model runs it, through `FusedOps` (the
+    /// fused kernel, or candle's ops where it cannot take the tensors),
+    /// with the calls that fell back to candle's ops: 0 or 1.
+    pub fn silu_mul_counted(gate: &Tensor, up: &Tensor) -> Result<(Tensor, usize)> {
+        let ops = super::FusedOps::new(gate.device(), gate.dtype(), 1e-5, true)?;
+        let out = ops.silu_mul(gate, up)?;
+        Ok((out, ops.fallbacks()))
     }
 }
 
@@ -165,25 +175,35 @@ mod cuda {
             16 / self.dtype.size_in_bytes()
         }
 
-        /// Whether the kernels can take these tensors: their dtype,
-        /// contiguous, whole vectors, aligned to 16 bytes.
-        fn fits(&self, tensors: &[&Tensor], len: usize) -> Result<bool> {
-            for tensor in tensors {
-                if tensor.dtype() != self.dtype
-                    || !tensor.is_contiguous()
-                    || !device_ptr(tensor)?.is_multiple_of(16)
-                {
-                    return Ok(false);
+        /// The tensors' device addresses, if the kernels can take them:
+        /// their dtype, contiguous, aligned to 16 bytes, `len` whole
+        /// vectors.
+        fn addresses<const N: usize>(
+            &self,
+            tensors: [&Tensor; N],
+            len: usize,
+        ) -> Result<Option<[u64; N]>> {
+            let mut addresses = [0; N];
+            for (address, tensor) in addresses.iter_mut().zip(tensors) {
+                if tensor.dtype() != self.dtype || !tensor.is_contiguous() {
+                    return Ok(None);
+                }
+                *address = device_ptr(tensor)?;
+                if !address.is_multiple_of(16) {
+                    return Ok(None);
                 }
             }
-            Ok(len.is_multiple_of(self.per_vector()))
+            Ok(len.is_multiple_of(self.per_vector()).then_some(addresses))
         }
 
         pub(super) fn silu_mul(&self, gate: &Tensor, up: &Tensor) -> Result<Option<Tensor>> {
             let len = gate.elem_count();
-            if gate.shape() != up.shape() || !self.fits(&[gate, up], len)? {
+            if gate.shape() != up.shape() {
                 return Ok(None);
             }
+            let Some([gate_address, up_address]) = self.addresses([gate, up], len)? else {
+                return Ok(None);
+            };
             let device = gate.device().as_cuda_device()?;
             let out = empty(device, self.dtype, (len, 1))?;
             let vectors = len / self.per_vector();
@@ -196,8 +216,8 @@ mod cuda {
             // predecessor before it reads.
             unsafe {
                 Launch::new(&self.silu_mul)
-                    .arg(&device_ptr(gate)?)
-                    .arg(&device_ptr(up)?)
+                    .arg(&gate_address)
+                    .arg(&up_address)
                     .arg(&device_ptr(&out)?)
                     .arg(&count)
                     .run(config(blocks))?;
@@ -214,13 +234,14 @@ mod cuda {
         ) -> Result<Option<(Tensor, Tensor)>> {
             let cols = x.dims().last().copied().unwrap_or(0);
             let len = x.elem_count();
-            if cols == 0
-                || x.shape() != residual.shape()
-                || weight.dims() != [cols]
-                || !self.fits(&[x, residual, weight], cols)?
-            {
+            if cols == 0 || x.shape() != residual.shape() || weight.dims() != [cols] {
                 return Ok(None);
             }
+            let Some([x_address, residual_address, weight_address]) =
+                self.addresses([x, residual, weight], cols)?
+            else {
+                return Ok(None);
+            };
             let rows = len / cols;
             let (Ok(cols_arg), Ok(grid)) = (u32::try_from(cols), u32::try_from(rows)) else {
                 return Ok(None);
@@ -234,9 +255,9 @@ mod cuda {
             // predecessor before it reads.
             unsafe {
                 Launch::new(&self.add_rms_norm)
-                    .arg(&device_ptr(x)?)
-                    .arg(&device_ptr(residual)?)
-                    .arg(&device_ptr(weight)?)
+                    .arg(&x_address)
+                    .arg(&residual_address)
+                    .arg(&weight_address)
                     .arg(&device_ptr(&sum)?)
                     .arg(&device_ptr(&normed)?)
                     .arg(&cols_arg)
