@@ -12,6 +12,12 @@
 //! away (their event receiver is closed; their blocks are freed by the
 //! drop), plans a step, runs the model on it, samples one token for every
 //! sequence whose step reached its last token, and retires finished ones.
+//! The events a step makes wait in an [`Outbox`]: on a GPU they are sent
+//! once the next step's kernels are launched if it is a decode step (before
+//! it otherwise: eager prompt chunks take milliseconds to launch), so that
+//! the GPU does not idle while the engine wakes every request's handler;
+//! on the CPU, where a forward returns only when it is computed, at the end
+//! of the step.
 //! With nothing to do the thread sleeps in `recv` (or until the dynamic
 //! policy's deadline). It exits once every handle is dropped and the last
 //! sequence is done, or at its next turn after [`EngineHandle::stop`].
@@ -160,6 +166,26 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
     /// Where each step's logits are read on the host, reused.
     pub logits_buffer: HostBuffer,
+    /// The last step's events, not sent yet.
+    pub outbox: Outbox,
+}
+
+/// Events made by a step, each with its request's channel, held to be
+/// sent at once in the order they were made.
+#[derive(Default)]
+pub struct Outbox(Vec<(UnboundedSender<Event>, Event)>);
+
+impl Outbox {
+    fn push(&mut self, to: &UnboundedSender<Event>, event: Event) {
+        self.0.push((to.clone(), event));
+    }
+
+    /// Sends every held event (to a request still listening), in order.
+    fn send_all(&mut self) {
+        for (to, event) in self.0.drain(..) {
+            let _ = to.send(event);
+        }
+    }
 }
 
 /// The engine's per-sequence data.
@@ -215,6 +241,7 @@ impl Engine {
                 break;
             }
             if self.state.is_idle() {
+                self.outbox.send_all();
                 if !handles_open {
                     break;
                 }
@@ -242,6 +269,7 @@ impl Engine {
                     self.run_step(summary);
                 }
                 Schedule::Idle { wake_at } => {
+                    self.outbox.send_all();
                     // Requests wait (dynamic batching's timer, or a pool
                     // still held by sequences being dropped): sleep until
                     // the timer or the next arrival.
@@ -259,6 +287,7 @@ impl Engine {
             }
             self.publish_gauges();
         }
+        self.outbox.send_all();
         self.publish_gauges();
     }
 
@@ -312,6 +341,16 @@ impl Engine {
             .batch_size
             .observe_count(summary.num_seqs as u64);
 
+        // On a GPU the last step's events leave while this step runs: just
+        // after a decode step's launch (a graph replay, a tenth of a
+        // millisecond), before a step with prompt tokens, whose launch can
+        // take milliseconds (eager prompt chunks). On the CPU a forward
+        // returns when it has run: a step's events leave after it.
+        let on_gpu = !self.model.device().is_cpu();
+        let send_after_launch = on_gpu && summary.prefill_tokens == 0;
+        if on_gpu && !send_after_launch {
+            self.send_events();
+        }
         let forward_started = Instant::now();
         let logits = self.model.forward(self.state.batch(), &mut self.cache);
         let phase = if summary.prefill_tokens > 0 {
@@ -320,6 +359,9 @@ impl Engine {
             StepPhase::Decode
         };
         self.metrics.observe_step(phase, forward_started.elapsed());
+        if send_after_launch {
+            self.send_events();
+        }
         let stats = self.model.last_step();
         self.metrics.observe_forward(
             phase,
@@ -350,6 +392,17 @@ impl Engine {
         self.state.retain(|seq| !seq.payload.finished);
         self.metrics
             .observe_step(StepPhase::Sample, sample_started.elapsed());
+        if !on_gpu {
+            self.send_events();
+        }
+    }
+
+    /// Sends the outbox's events, timed as a step's `send` phase.
+    fn send_events(&mut self) {
+        let started = Instant::now();
+        self.outbox.send_all();
+        self.metrics
+            .observe_step(StepPhase::Send, started.elapsed());
     }
 
     /// The rows of this step whose sequences sample at random (the others
@@ -426,7 +479,7 @@ impl Engine {
         for (running_index, token) in tokens {
             self.state.append_token(running_index, token);
             let seq = &mut self.state.running_mut()[running_index];
-            emit_token(seq, token, &self.tokenizer, &self.metrics);
+            emit_token(seq, token, &self.tokenizer, &self.metrics, &mut self.outbox);
         }
     }
 
@@ -441,7 +494,11 @@ impl Engine {
             .collect();
         for index in rows {
             let generation = &mut self.state.running_mut()[index].payload;
-            generation.fail(&format!("the model step failed: {message}"), &self.metrics);
+            generation.fail(
+                &format!("the model step failed: {message}"),
+                &self.metrics,
+                &mut self.outbox,
+            );
         }
     }
 
@@ -456,13 +513,14 @@ impl Engine {
     }
 }
 
-/// Sends what a newly sampled token produces and decides whether the
-/// sequence is finished.
+/// Puts what a newly sampled token produces in the outbox and decides
+/// whether the sequence is finished.
 fn emit_token(
     seq: &mut Sequence<Generation>,
     token: u32,
     tokenizer: &Tokenizer,
     metrics: &Metrics,
+    outbox: &mut Outbox,
 ) {
     let now = Instant::now();
     let completion_tokens = seq.output().len() as u32;
@@ -486,17 +544,20 @@ fn emit_token(
     if !eos {
         match generation.decoder.push(token) {
             Ok(Some(piece)) => {
-                if generation.pass_text(piece, completion_tokens) {
+                if generation.pass_text(piece, completion_tokens, outbox) {
                     return generation.finish(
                         FinishReason::Stop,
                         prompt_tokens,
                         completion_tokens,
                         metrics,
+                        outbox,
                     );
                 }
             }
             Ok(None) => {}
-            Err(err) => return generation.fail(&format!("detokenizing failed: {err}"), metrics),
+            Err(err) => {
+                return generation.fail(&format!("detokenizing failed: {err}"), metrics, outbox);
+            }
         }
         if completion_tokens >= generation.max_tokens {
             finish = Some(FinishReason::Length);
@@ -507,39 +568,41 @@ fn emit_token(
     // could have begun a stop string (it may still complete one).
     match generation.decoder.finish() {
         Ok(Some(rest)) => {
-            if generation.pass_text(rest, completion_tokens) {
+            if generation.pass_text(rest, completion_tokens, outbox) {
                 reason = FinishReason::Stop;
             }
         }
         Ok(None) => {}
-        Err(err) => return generation.fail(&format!("detokenizing failed: {err}"), metrics),
+        Err(err) => {
+            return generation.fail(&format!("detokenizing failed: {err}"), metrics, outbox);
+        }
     }
     let held = generation.stop.flush();
-    send_text(&generation.events, held, completion_tokens);
-    generation.finish(reason, prompt_tokens, completion_tokens, metrics);
+    push_text(outbox, &generation.events, held, completion_tokens);
+    generation.finish(reason, prompt_tokens, completion_tokens, metrics, outbox);
 }
 
 impl Generation {
-    /// Sends a piece of generated text through the stop-string matcher;
-    /// true when a stop string appeared (the text before it is sent).
-    fn pass_text(&mut self, piece: String, completion_tokens: u32) -> bool {
+    /// Passes a piece of generated text through the stop-string matcher
+    /// into the outbox; true when a stop string appeared (the text before
+    /// it goes out).
+    fn pass_text(&mut self, piece: String, completion_tokens: u32, outbox: &mut Outbox) -> bool {
         if !self.stop.has_stops() {
-            let _ = self.events.send(Event::Text {
-                text: piece,
-                completion_tokens,
-            });
+            outbox.push(
+                &self.events,
+                Event::Text {
+                    text: piece,
+                    completion_tokens,
+                },
+            );
             return false;
         }
-        match self.stop.push(&piece) {
-            StopOutcome::Continue(text) => {
-                send_text(&self.events, text, completion_tokens);
-                false
-            }
-            StopOutcome::Stopped(text) => {
-                send_text(&self.events, text, completion_tokens);
-                true
-            }
-        }
+        let (text, stopped) = match self.stop.push(&piece) {
+            StopOutcome::Continue(text) => (text, false),
+            StopOutcome::Stopped(text) => (text, true),
+        };
+        push_text(outbox, &self.events, text, completion_tokens);
+        stopped
     }
 
     fn finish(
@@ -548,11 +611,15 @@ impl Generation {
         prompt_tokens: u32,
         completion_tokens: u32,
         metrics: &Metrics,
+        outbox: &mut Outbox,
     ) {
-        let _ = self.events.send(Event::Finished {
-            reason,
-            usage: Usage::new(prompt_tokens, completion_tokens),
-        });
+        outbox.push(
+            &self.events,
+            Event::Finished {
+                reason,
+                usage: Usage::new(prompt_tokens, completion_tokens),
+            },
+        );
         metrics.count_request(match reason {
             FinishReason::Length => "length",
             _ => "stop",
@@ -560,21 +627,27 @@ impl Generation {
         self.finished = true;
     }
 
-    fn fail(&mut self, message: &str, metrics: &Metrics) {
-        let _ = self.events.send(Event::Failed {
-            message: message.to_owned(),
-        });
+    fn fail(&mut self, message: &str, metrics: &Metrics, outbox: &mut Outbox) {
+        outbox.push(
+            &self.events,
+            Event::Failed {
+                message: message.to_owned(),
+            },
+        );
         metrics.count_request("server_error");
         self.finished = true;
     }
 }
 
-fn send_text(events: &UnboundedSender<Event>, text: &str, completion_tokens: u32) {
-    if text.is_empty() {
-        return;
+/// Text for a request's handler, unless it is empty.
+fn push_text(outbox: &mut Outbox, to: &UnboundedSender<Event>, text: &str, completion_tokens: u32) {
+    if !text.is_empty() {
+        outbox.push(
+            to,
+            Event::Text {
+                text: text.to_owned(),
+                completion_tokens,
+            },
+        );
     }
-    let _ = events.send(Event::Text {
-        text: text.to_owned(),
-        completion_tokens,
-    });
 }

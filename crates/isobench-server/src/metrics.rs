@@ -130,16 +130,22 @@ pub enum StepPhase {
     /// Bringing the logits the samplers need to the host: on a GPU this
     /// also waits for the step's kernels to finish.
     Logits,
-    /// Sampling, detokenizing and sending the step's tokens.
+    /// Sampling and detokenizing the step's tokens, and finding which
+    /// sequences they finish.
     Sample,
+    /// Sending the events a step made to the requests' handlers: on a GPU
+    /// the last step's, once the next step is launched; on the CPU after
+    /// their step.
+    Send,
 }
 
-const STEP_PHASES: [(StepPhase, &str); 5] = [
+const STEP_PHASES: [(StepPhase, &str); 6] = [
     (StepPhase::Schedule, "schedule"),
     (StepPhase::Prefill, "prefill"),
     (StepPhase::Decode, "decode"),
     (StepPhase::Logits, "logits"),
     (StepPhase::Sample, "sample"),
+    (StepPhase::Send, "send"),
 ];
 
 /// The phases a model forward belongs to (the `phase` label of the device
@@ -351,7 +357,7 @@ impl Metrics {
             .render(&mut out, "isobench_step_tokens", "");
         let _ = writeln!(
             out,
-            "# HELP isobench_step_seconds Engine step time by phase: schedule, prefill (forward of steps with prompt tokens), decode (forward of decode-only steps), logits (bringing them to the host; on a GPU, waiting for the step), sample.\n# TYPE isobench_step_seconds histogram"
+            "# HELP isobench_step_seconds Engine step time by phase: schedule, prefill (forward of steps with prompt tokens), decode (forward of decode-only steps), logits (bringing them to the host; on a GPU, waiting for the step), sample (sampling, detokenizing), send (events to the handlers; on a GPU the last step's, while this one runs).\n# TYPE isobench_step_seconds histogram"
         );
         for ((_, label), histogram) in STEP_PHASES.iter().zip(&self.step_seconds) {
             histogram.render(

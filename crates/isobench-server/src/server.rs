@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 
 use crate::blocks::BlockPool;
 use crate::config::ServerConfig;
-use crate::engine::{self, Engine, EngineHandle};
+use crate::engine::{self, Engine, EngineHandle, Outbox};
 use crate::error::ServerError;
 use crate::http::{self, AppState};
 use crate::listen::{Listening, Phase};
@@ -88,6 +88,7 @@ impl Server {
                 ),
                 metrics: engine_metrics,
                 logits_buffer: HostBuffer::default(),
+                outbox: Outbox::default(),
             },
             config.max_waiting,
         );

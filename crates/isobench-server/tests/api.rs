@@ -184,6 +184,7 @@ async fn models_health_and_metrics() {
         "isobench_step_seconds_count{phase=\"decode\"} 3\n",
         "isobench_step_seconds_count{phase=\"logits\"} 4\n",
         "isobench_step_seconds_count{phase=\"sample\"} 4\n",
+        "isobench_step_seconds_count{phase=\"send\"} 4\n",
         "isobench_batch_size_count 4\n",
     ];
     // The engine retires a sequence (and updates the gauges) just after it
