@@ -13,10 +13,10 @@
 //! drop), plans a step, runs the model on it, samples one token for every
 //! sequence whose step reached its last token, and retires finished ones.
 //! The events a step makes wait in an [`Outbox`]: on a GPU they are sent
-//! once the next step's kernels are launched if it is a decode step (before
-//! it otherwise: eager prompt chunks take milliseconds to launch), so that
-//! the GPU does not idle while the engine wakes every request's handler;
-//! on the CPU, where a forward returns only when it is computed, at the end
+//! once the next step's kernels are launched if it replays a decode graph
+//! (before it otherwise: eager launches take milliseconds), so that the
+//! GPU does not idle while the engine wakes every request's handler; on
+//! the CPU, where a forward returns only when it is computed, at the end
 //! of the step.
 //! With nothing to do the thread sleeps in `recv` (or until the dynamic
 //! policy's deadline). It exits once every handle is dropped and the last
@@ -235,6 +235,17 @@ pub fn spawn(
 
 impl Engine {
     fn run(mut self, inbox: mpsc::Receiver<EngineRequest>, stop: &AtomicBool) {
+        // Decode steps of up to this many sequences replay a CUDA graph,
+        // whose launch returns at once (0: none do, on the CPU or with
+        // graphs off).
+        let decode_graph_rows = self
+            .model
+            .graph_shapes()
+            .into_iter()
+            .filter(|&(rows, tokens)| rows == tokens)
+            .map(|(rows, _)| rows)
+            .max()
+            .unwrap_or(0);
         let mut handles_open = true;
         loop {
             if stop.load(Ordering::Relaxed) {
@@ -266,7 +277,7 @@ impl Engine {
                 Schedule::Step(summary) => {
                     self.metrics
                         .observe_step(StepPhase::Schedule, started.elapsed());
-                    self.run_step(summary);
+                    self.run_step(summary, decode_graph_rows);
                 }
                 Schedule::Idle { wake_at } => {
                     self.outbox.send_all();
@@ -325,7 +336,7 @@ impl Engine {
         });
     }
 
-    fn run_step(&mut self, summary: StepSummary) {
+    fn run_step(&mut self, summary: StepSummary, decode_graph_rows: usize) {
         let running = self.state.running().len();
         for seq in &mut self.state.running_mut()[running - summary.admitted..] {
             if seq.payload.permit.take().is_some() {
@@ -342,12 +353,14 @@ impl Engine {
             .observe_count(summary.num_seqs as u64);
 
         // On a GPU the last step's events leave while this step runs: just
-        // after a decode step's launch (a graph replay, a tenth of a
-        // millisecond), before a step with prompt tokens, whose launch can
-        // take milliseconds (eager prompt chunks). On the CPU a forward
-        // returns when it has run: a step's events leave after it.
+        // after its launch when it replays a decode graph (a tenth of a
+        // millisecond), before it otherwise, as an eager launch (a prompt
+        // chunk, graphs off, more sequences than the largest graph) can
+        // take milliseconds. On the CPU a forward returns when it has run:
+        // a step's events leave after it.
         let on_gpu = !self.model.device().is_cpu();
-        let send_after_launch = on_gpu && summary.prefill_tokens == 0;
+        let send_after_launch =
+            on_gpu && summary.prefill_tokens == 0 && summary.num_seqs <= decode_graph_rows;
         if on_gpu && !send_after_launch {
             self.send_events();
         }

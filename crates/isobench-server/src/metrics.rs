@@ -134,8 +134,8 @@ pub enum StepPhase {
     /// sequences they finish.
     Sample,
     /// Sending the events a step made to the requests' handlers: on a GPU
-    /// the last step's, once the next decode step is launched (before a
-    /// step with prompt tokens); on the CPU after their step.
+    /// the last step's, once the next step is launched if it replays a
+    /// decode graph (before any other step); on the CPU after their step.
     Send,
 }
 
