@@ -12,12 +12,12 @@
 //! away (their event receiver is closed; their blocks are freed by the
 //! drop), plans a step, runs the model on it, samples one token for every
 //! sequence whose step reached its last token, and retires finished ones.
-//! The events a step makes wait in an [`Outbox`]: on a GPU they are sent
-//! once the next step's kernels are launched if it replays a decode graph
-//! (before it otherwise: eager launches take milliseconds), so that the
-//! GPU does not idle while the engine wakes every request's handler; on
-//! the CPU, where a forward returns only when it is computed, at the end
-//! of the step.
+//! The events a step makes wait in an [`Outbox`] and leave as its
+//! [`EventTiming`] says: on a GPU once the next step's kernels are
+//! launched if it replays a decode graph (before it otherwise: eager
+//! launches take milliseconds), so that the GPU does not idle while the
+//! engine wakes every request's handler; on the CPU, where a forward
+//! returns only when it is computed, at the end of the step.
 //! With nothing to do the thread sleeps in `recv` (or until the dynamic
 //! policy's deadline). It exits once every handle is dropped and the last
 //! sequence is done, or at its next turn after [`EngineHandle::stop`].
@@ -37,6 +37,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::error::ServerError;
 use crate::metrics::{Metrics, StepPhase};
+use crate::outbox::{EventTiming, Outbox, SendAt};
 use crate::sampler::Sampler;
 use crate::scheduler::{Schedule, Sequence, State, StepSummary};
 use crate::step_logits::{RandomRows, RowLogits, StepLogits};
@@ -168,24 +169,8 @@ pub struct Engine {
     pub logits_buffer: HostBuffer,
     /// The last step's events, not sent yet.
     pub outbox: Outbox,
-}
-
-/// Events made by a step, each with its request's channel, held to be
-/// sent at once in the order they were made.
-#[derive(Default)]
-pub struct Outbox(Vec<(UnboundedSender<Event>, Event)>);
-
-impl Outbox {
-    fn push(&mut self, to: &UnboundedSender<Event>, event: Event) {
-        self.0.push((to.clone(), event));
-    }
-
-    /// Sends every held event (to a request still listening), in order.
-    fn send_all(&mut self) {
-        for (to, event) in self.0.drain(..) {
-            let _ = to.send(event);
-        }
-    }
+    /// When they leave.
+    pub event_timing: EventTiming,
 }
 
 /// The engine's per-sequence data.
@@ -235,17 +220,6 @@ pub fn spawn(
 
 impl Engine {
     fn run(mut self, inbox: mpsc::Receiver<EngineRequest>, stop: &AtomicBool) {
-        // Decode steps of up to this many sequences replay a CUDA graph,
-        // whose launch returns at once (0: none do, on the CPU or with
-        // graphs off).
-        let decode_graph_rows = self
-            .model
-            .graph_shapes()
-            .into_iter()
-            .filter(|&(rows, tokens)| rows == tokens)
-            .map(|(rows, _)| rows)
-            .max()
-            .unwrap_or(0);
         let mut handles_open = true;
         loop {
             if stop.load(Ordering::Relaxed) {
@@ -277,7 +251,7 @@ impl Engine {
                 Schedule::Step(summary) => {
                     self.metrics
                         .observe_step(StepPhase::Schedule, started.elapsed());
-                    self.run_step(summary, decode_graph_rows);
+                    self.run_step(summary);
                 }
                 Schedule::Idle { wake_at } => {
                     self.outbox.send_all();
@@ -336,7 +310,7 @@ impl Engine {
         });
     }
 
-    fn run_step(&mut self, summary: StepSummary, decode_graph_rows: usize) {
+    fn run_step(&mut self, summary: StepSummary) {
         let running = self.state.running().len();
         for seq in &mut self.state.running_mut()[running - summary.admitted..] {
             if seq.payload.permit.take().is_some() {
@@ -352,16 +326,8 @@ impl Engine {
             .batch_size
             .observe_count(summary.num_seqs as u64);
 
-        // On a GPU the last step's events leave while this step runs: just
-        // after its launch when it replays a decode graph (a tenth of a
-        // millisecond), before it otherwise, as an eager launch (a prompt
-        // chunk, graphs off, more sequences than the largest graph) can
-        // take milliseconds. On the CPU a forward returns when it has run:
-        // a step's events leave after it.
-        let on_gpu = !self.model.device().is_cpu();
-        let send_after_launch =
-            on_gpu && summary.prefill_tokens == 0 && summary.num_seqs <= decode_graph_rows;
-        if on_gpu && !send_after_launch {
+        let send_at = self.event_timing.send_at(&summary);
+        if send_at == SendAt::BeforeStep {
             self.send_events();
         }
         let forward_started = Instant::now();
@@ -372,7 +338,7 @@ impl Engine {
             StepPhase::Decode
         };
         self.metrics.observe_step(phase, forward_started.elapsed());
-        if send_after_launch {
+        if send_at == SendAt::AfterLaunch {
             self.send_events();
         }
         let stats = self.model.last_step();
@@ -405,7 +371,7 @@ impl Engine {
         self.state.retain(|seq| !seq.payload.finished);
         self.metrics
             .observe_step(StepPhase::Sample, sample_started.elapsed());
-        if !on_gpu {
+        if send_at == SendAt::AfterStep {
             self.send_events();
         }
     }
@@ -662,5 +628,166 @@ fn push_text(outbox: &mut Outbox, to: &UnboundedSender<Event>, text: &str, compl
                 completion_tokens,
             },
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use tokio::sync::mpsc::error::TryRecvError;
+
+    use super::*;
+    use crate::blocks::BlockPool;
+    use crate::config::{KvPoolSize, ServerConfig};
+    use crate::load::Loaded;
+    use crate::policy;
+    use crate::sampler::SamplingParams;
+
+    /// The tiny model's engine, with the given event timing.
+    fn tiny_engine(event_timing: EventTiming) -> Engine {
+        let mut config = ServerConfig::new(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llama"),
+        );
+        config.kv_pool = KvPoolSize::Blocks(64);
+        let loaded = Loaded::load(&config).expect("the tiny model loads");
+        Engine {
+            model: loaded.model,
+            cache: loaded.cache,
+            tokenizer: loaded.tokenizer,
+            state: State::new(
+                BlockPool::new(loaded.num_blocks, config.block_size),
+                policy::from_config(&config.batching),
+            ),
+            metrics: loaded.metrics,
+            logits_buffer: HostBuffer::default(),
+            outbox: Outbox::default(),
+            event_timing,
+        }
+    }
+
+    /// A greedy request for exactly `max_tokens` tokens.
+    fn greedy(prompt_tokens: Vec<u32>, max_tokens: u32) -> ValidRequest {
+        ValidRequest {
+            prompt_tokens,
+            max_tokens,
+            sampling: SamplingParams {
+                temperature: 0.0,
+                ..SamplingParams::default()
+            },
+            stop: Vec::new(),
+            ignore_eos: true,
+            stream: true,
+            include_usage: false,
+            continuous_usage: false,
+        }
+    }
+
+    /// Every event of a request up to its last, waiting at most a minute
+    /// (an event that is never sent fails the test rather than hanging it).
+    fn events_until_done(receiver: &mut UnboundedReceiver<Event>) -> Vec<Event> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut events = Vec::new();
+        loop {
+            match receiver.try_recv() {
+                Ok(event) => {
+                    let last = !matches!(event, Event::Text { .. });
+                    events.push(event);
+                    if last {
+                        return events;
+                    }
+                }
+                Err(TryRecvError::Empty) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "no final event after a minute; got {events:?}"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TryRecvError::Disconnected) => {
+                    panic!("the engine dropped the request without a final event: {events:?}")
+                }
+            }
+        }
+    }
+
+    /// The requests' text, after checking that their events come in order
+    /// and end with `Finished` for the asked number of tokens.
+    fn texts(requests: &[(Vec<u32>, u32)], events: &[Vec<Event>]) -> Vec<String> {
+        requests
+            .iter()
+            .zip(events)
+            .map(|((prompt, max_tokens), events)| {
+                let (last, texts) = events.split_last().expect("at least one event");
+                assert_eq!(
+                    last,
+                    &Event::Finished {
+                        reason: FinishReason::Length,
+                        usage: Usage::new(prompt.len() as u32, *max_tokens),
+                    }
+                );
+                let mut previous = 0;
+                texts
+                    .iter()
+                    .map(|event| match event {
+                        Event::Text {
+                            text,
+                            completion_tokens,
+                        } => {
+                            assert!(*completion_tokens > previous, "{events:?}");
+                            previous = *completion_tokens;
+                            text.as_str()
+                        }
+                        other => panic!("{other:?} before the last event"),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The GPU's timing (events held until the next step, sent after its
+    /// launch when it is a decode step of at most two sequences, before
+    /// it otherwise) run on the CPU: every request still gets all its
+    /// events, in order, the same text as with the CPU's timing, and its
+    /// last events leave when the engine goes idle, not at the next
+    /// request.
+    #[test]
+    fn events_held_for_the_next_step_all_leave_in_order() {
+        let requests: Vec<(Vec<u32>, u32)> = vec![
+            (vec![1, 15, 27, 300], 3),
+            (vec![1, 99, 4, 8, 16, 23, 42], 7),
+            (vec![1, 500], 11),
+            (vec![1, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7], 16),
+        ];
+        let submit = |handle: &EngineHandle, (prompt, max_tokens): &(Vec<u32>, u32)| {
+            handle
+                .submit(greedy(prompt.clone(), *max_tokens), Instant::now())
+                .expect("the queue has room")
+        };
+
+        let (handle, thread) = spawn(|| tiny_engine(EventTiming::AfterStep), 16);
+        let mut receivers: Vec<_> = requests.iter().map(|r| submit(&handle, r)).collect();
+        let after_step: Vec<Vec<Event>> = receivers.iter_mut().map(events_until_done).collect();
+        drop(handle);
+        thread.join().expect("the engine thread ends");
+
+        let held = EventTiming::AfterGraphLaunch {
+            decode_graph_rows: 2,
+        };
+        let (handle, thread) = spawn(move || tiny_engine(held), 16);
+        // Together: decode steps of three sequences (events leave before
+        // them), then two and one (after their launch).
+        let mut receivers: Vec<_> = requests[..3].iter().map(|r| submit(&handle, r)).collect();
+        let mut held_events: Vec<Vec<Event>> =
+            receivers.iter_mut().map(events_until_done).collect();
+        // Alone, once the engine has gone idle with the handle open.
+        let mut last = submit(&handle, &requests[3]);
+        held_events.push(events_until_done(&mut last));
+        drop(handle);
+        thread.join().expect("the engine thread ends");
+
+        let expected = texts(&requests, &after_step);
+        assert!(expected.iter().all(|text| !text.is_empty()));
+        assert_eq!(texts(&requests, &held_events), expected);
     }
 }

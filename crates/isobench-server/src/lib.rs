@@ -29,7 +29,8 @@
 //!   the scheduler plans decode tokens and prefill chunks over the
 //!   `blocks` pool (preempting the newest sequence when it runs out), the
 //!   model runs, the `sampler` picks tokens, and text goes back through
-//!   the `stop`-string matcher on the request's event channel.
+//!   the `stop`-string matcher on the request's event channel, held in
+//!   the `outbox` until the next step is launched on a GPU.
 //! - `respond` turns those events into a JSON body or an SSE stream;
 //!   `metrics` feeds `GET /metrics`, with the GPU's memory and energy
 //!   (`gpu`, sampled from NVML in builds with the `cuda` feature).
@@ -57,6 +58,7 @@ mod load;
 mod metrics;
 #[cfg(feature = "cuda")]
 mod nvml;
+mod outbox;
 mod policy;
 mod respond;
 mod sampler;

@@ -18,12 +18,13 @@ use tokio::net::TcpListener;
 
 use crate::blocks::BlockPool;
 use crate::config::ServerConfig;
-use crate::engine::{self, Engine, EngineHandle, Outbox};
+use crate::engine::{self, Engine, EngineHandle};
 use crate::error::ServerError;
 use crate::http::{self, AppState};
 use crate::listen::{Listening, Phase};
 use crate::load::Loaded;
 use crate::metrics::Metrics;
+use crate::outbox::{EventTiming, Outbox};
 use crate::policy;
 use crate::scheduler::State;
 use crate::validate::Validator;
@@ -79,6 +80,7 @@ impl Server {
         let (model, cache, tokenizer) = (loaded.model, loaded.cache, loaded.tokenizer);
         let (engine, engine_thread) = engine::spawn(
             move || Engine {
+                event_timing: EventTiming::for_model(model.as_ref()),
                 model,
                 cache,
                 tokenizer,
