@@ -7,6 +7,7 @@
 #   scripts/gpu-bench.sh --part PART OUTDIR [--policy P] [--workloads LIST]
 #                        [--concurrency LIST] [--model DIR] [--budget SECONDS]
 #                        [--turns N] [--max-num-batched-tokens N]
+#                        [--cuda-graphs on|off]
 #
 # PART (each fits in the device tool's 10 minutes per command):
 #   checks      nvidia-smi, then the three below (needs all three binaries)
@@ -40,7 +41,9 @@
 # (default 2) sends N measured requests per concurrency slot in a serving
 # run (at least 16, 8 on the 8B shape), after one warm-up request per
 # slot; --max-num-batched-tokens N (default
-# 2048) is the continuous policy's token budget per step.
+# 2048) is the continuous policy's token budget per step; --cuda-graphs
+# off (default on) serves with eager steps only, to measure what the
+# graphs buy under the same load (give it its own OUTDIR).
 # GPU_BENCH_BIN (default .gpu) is where the binaries are (NAME or NAME.xz,
 # unpacked when newer than NAME); GPU_BENCH_DEVICE
 # (default cuda:0; `cpu` for a dry run of the script, f32) the device.
@@ -60,6 +63,7 @@ CONCURRENCY="1 8 32 64 128"
 BUDGET=510
 TURNS=2
 MAX_TOKENS=2048
+CUDA_GRAPHS=on
 MODEL=""
 BIN="${GPU_BENCH_BIN:-.gpu}"
 DEVICE="${GPU_BENCH_DEVICE:-cuda:0}"
@@ -75,8 +79,9 @@ while [ $# -gt 0 ]; do
         --model) MODEL="${2:?--model needs a model folder}"; shift 2 ;;
         --turns) TURNS="${2:?--turns needs a number}"; shift 2 ;;
         --max-num-batched-tokens) MAX_TOKENS="${2:?--max-num-batched-tokens needs a number}"; shift 2 ;;
+        --cuda-graphs) CUDA_GRAPHS="${2:?--cuda-graphs needs on or off}"; shift 2 ;;
         -h|--help) usage ;;
-        -*) echo "gpu-bench: unknown flag $1; accepted: --part, --policy, --workloads, --concurrency, --model, --budget, --turns, --max-num-batched-tokens" >&2; exit 2 ;;
+        -*) echo "gpu-bench: unknown flag $1; accepted: --part, --policy, --workloads, --concurrency, --model, --budget, --turns, --max-num-batched-tokens, --cuda-graphs" >&2; exit 2 ;;
         *) [ -z "$OUTDIR" ] || { echo "gpu-bench: one OUTDIR only (got $OUTDIR and $1)" >&2; exit 2; }
            OUTDIR="$1"; shift ;;
     esac
@@ -87,6 +92,7 @@ case "$PART" in
 esac
 [ -n "$OUTDIR" ] || { echo "gpu-bench: give the output folder, e.g. \$OUT/gpu" >&2; exit 2; }
 case "$TURNS" in ''|*[!0-9]*|0) echo "gpu-bench: --turns must be a whole number of at least 1 (got '$TURNS')" >&2; exit 2 ;; esac
+case "$CUDA_GRAPHS" in on|off) ;; *) echo "gpu-bench: --cuda-graphs must be on or off (got '$CUDA_GRAPHS')" >&2; exit 2 ;; esac
 for p in $POLICIES; do
     case "$p" in static|dynamic|continuous) ;; *) echo "gpu-bench: --policy $p: accepted: static, dynamic, continuous" >&2; exit 2 ;; esac
 done
@@ -323,6 +329,7 @@ part_serving() {
     model="${model%/}"
     need "$BIN/isobench"
     echo "GPU: $(gpu_info)" >>"$SUMMARY"
+    echo "CUDA graphs: $CUDA_GRAPHS" >>"$SUMMARY"
     local port=18471 policy flags workload c out skipped=""
     for policy in $POLICIES; do
         case "$policy" in
@@ -335,7 +342,7 @@ part_serving() {
         # 0.8 of free memory is far more pool than these workloads fill
         # (128 x 1,536 tokens, 24 GiB on the 8B shape) and leaves room for
         # a static batch's whole-prompt prefill (up to 128 x 1,024 tokens).
-        [ "$DEVICE" = cpu ] || flags+=(--gpu-memory-fraction 0.8)
+        [ "$DEVICE" = cpu ] || flags+=(--gpu-memory-fraction 0.8 --cuda-graphs "$CUDA_GRAPHS")
         if ! start_server "$port" "serve-$policy" --model "$model" --dtype "$DTYPE" "${flags[@]}"; then
             FAILED=1; skipped="$skipped $policy(server failed)"; continue
         fi
