@@ -341,13 +341,6 @@ impl Engine {
         if send_at == SendAt::AfterLaunch {
             self.send_events();
         }
-        let stats = self.model.last_step();
-        self.metrics.observe_forward(
-            phase,
-            (summary.prefill_tokens + summary.decode_tokens) as u64,
-            stats.graph_replayed,
-            stats.device_time,
-        );
         let read_started = Instant::now();
         let mut buffer = std::mem::take(&mut self.logits_buffer);
         let logits = match logits {
@@ -359,6 +352,15 @@ impl Engine {
         };
         self.metrics
             .observe_step(StepPhase::Logits, read_started.elapsed());
+        // Only now: reading the step's device time waits for its kernels,
+        // which the logits phase above has already waited for.
+        let stats = self.model.last_step();
+        self.metrics.observe_forward(
+            phase,
+            (summary.prefill_tokens + summary.decode_tokens) as u64,
+            stats.graph_replayed,
+            stats.device_time,
+        );
         let sample_started = Instant::now();
         match logits {
             Ok(logits) => {
