@@ -404,7 +404,8 @@ for workload, c, policy in sorted(rows, key=lambda k: (k[0], k[1], ["static", "d
           f"{f(r['tpot50'], '8.2f')} {f(r['tpot99'], '8.2f')} {f(r['j_tok'], '8.4f')} {f(r['peak_gib'], '8.1f')} "
           f"{r['ok']:>4}/{r['failed']:<3}{'' if r['valid'] else ' INVALID'}")
 print("\nengine step phases per policy over all its runs (mean ms per step, host clock; "
-      "logits includes the wait for the GPU; device = CUDA-event time of forwards):")
+      "logits includes the wait for the GPU; device = CUDA-event time of forwards; "
+      "GPU share = device time over the host phases' sum, what the host's own work between steps leaves):")
 for metrics_path in sorted(raw.glob("*/server-metrics.txt")):
     sums, counts = {}, {}
     for line in metrics_path.read_text().splitlines():
@@ -415,6 +416,10 @@ for metrics_path in sorted(raw.glob("*/server-metrics.txt")):
                 key = ("device " if "device" in name else "") + phase
                 into[key] = float(line.split()[-1])
     parts = [f"{k} {1000 * sums[k] / counts[k]:.2f}" for k in sums if counts.get(k)]
+    host = sum(v for k, v in sums.items() if not k.startswith("device "))
+    device = sum(v for k, v in sums.items() if k.startswith("device "))
+    if host and device:
+        parts.append(f"GPU share {100 * device / host:.0f}%")
     print(f"  {metrics_path.parent.name:11} " + ", ".join(parts))
 print("\ncontinuous against the better of static and dynamic, concurrency >= 8 (output tok/s ratio, p99 TTFT ratio):")
 for (workload, c, policy) in sorted(rows):
