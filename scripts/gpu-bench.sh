@@ -405,7 +405,7 @@ for workload, c, policy in sorted(rows, key=lambda k: (k[0], k[1], ["static", "d
           f"{r['ok']:>4}/{r['failed']:<3}{'' if r['valid'] else ' INVALID'}")
 print("\nengine step phases per policy over all its runs (mean ms per step, host clock; "
       "logits includes the wait for the GPU; device = CUDA-event time of forwards; "
-      "GPU share = device time over the host phases' sum, what the host's own work between steps leaves):")
+      "GPU share = device time over the host phases' sum; the rest is the tokens' choice on the GPU and the host's own work between steps):")
 for metrics_path in sorted(raw.glob("*/server-metrics.txt")):
     sums, counts = {}, {}
     for line in metrics_path.read_text().splitlines():

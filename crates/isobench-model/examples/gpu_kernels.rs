@@ -37,12 +37,13 @@
 //!    and -0/+0; then its time against candle's argmax (both bringing the
 //!    tokens to the host), mean of 100 calls.
 //! 6. `sample_tokens` on the GPU must draw what its host path draws for
-//!    the same logits and draws: 1 to 64 rows of 7, 4,097 and 128,256
-//!    columns, logits spread wide, narrow, in few distinct values (ties)
-//!    and with NaNs, temperatures 0.3 to 2.5, top_p 0.1 to 1, top_k none
-//!    to past the vocabulary; then its time with the tokens brought to the
-//!    host, beside copying the rows' logits to the host (what a server
-//!    that samples on the host does first), mean of 100 calls.
+//!    the same logits and draws: 1 to 100 rows of 7, 4,097, 12,288, 50,001
+//!    and 128,256 columns (so 1, 2, 4 and 8 blocks a row), logits spread
+//!    wide, narrow, in few distinct values (ties) and with NaNs,
+//!    temperatures 0.3 to 2.5, top_p 0.1 to 1, top_k none to past the
+//!    vocabulary; then its time with the tokens brought to the host, 1 to
+//!    128 rows, beside copying the rows' logits to the host (what a
+//!    server that samples on the host does first), mean of 100 calls.
 //!
 //! One PASS/FAIL line per case, `GPU KERNELS OK` at the end; the exit code
 //! is non-zero if anything failed.
@@ -710,8 +711,12 @@ fn sampling_logits(random: &mut Random, len: usize, kind: usize) -> Vec<f32> {
 fn sample_tokens_check(device: &Device, random: &mut Random) -> Result<bool> {
     let mut pass = true;
     let mut case = 0usize;
-    for vocab in [7, 4097, 128_256] {
-        for rows in [1, 5, 64] {
+    // On an H200 these draw a row with 1 block (7, 4,097 and 12,288
+    // columns), 2 (64 and 100 rows), 4 (20 rows, and 50,001 columns) and 8
+    // (src/sample.rs, `blocks_per_row`); 7, 4,097 and 50,001 columns take
+    // the kernel's 4-byte loads.
+    for vocab in [7, 4097, 12_288, 50_001, 128_256] {
+        for rows in [1, 5, 20, 64, 100] {
             for kind in 0..4 {
                 case += 1;
                 let logits = sampling_logits(random, rows * vocab, kind);
@@ -760,7 +765,7 @@ fn sample_tokens_timing(device: &Device) -> Result<()> {
     println!(
         "sampled tokens of f32 logits, 128,256 columns, T 0.7, top_p 0.95 (mean of {ITERATIONS}):"
     );
-    for rows in [1, 8, 64] {
+    for rows in [1, 8, 32, 64, 128] {
         let logits = (Tensor::randn(0f32, 1f32, (rows, 128_256), device)? * 3.0)?;
         let draws = vec![
             Draw {

@@ -17,8 +17,9 @@
 //! (and where it meets a token or a row without weight).
 //!
 //! On a GPU, [`sample_tokens`] is one kernel of this crate
-//! (kernels/sample.cu, which says how) and a copy of 4 bytes a row to the
-//! host, instead of the row's logits (512 KB for a 128k vocabulary) and
+//! (kernels/sample.cu, which says how; each row drawn by a cluster of up
+//! to 8 blocks, as many as `blocks_per_row` says) and a copy of 4 bytes a
+//! row to the host, instead of the row's logits (512 KB for a 128k vocabulary) and
 //! about a millisecond of the host's time a row. Elsewhere the rows are
 //! drawn on the host, by the reference the kernel is checked against
 //! (examples/gpu_kernels.rs), which sorts each row.
@@ -167,14 +168,44 @@ fn draw_target(uniform: f32, mass: u64) -> u64 {
     ((f64::from(uniform) * mass as f64).ceil() as u64).max(1)
 }
 
+/// The cluster sizes the sampler can draw a row with, largest first:
+/// 8 blocks is the largest cluster every Hopper runs.
+#[cfg(any(feature = "cuda", test))]
+const CLUSTER_SIZES: [usize; 3] = [8, 4, 2];
+/// The fewest tokens of a row per block: with fewer, the cluster's
+/// barriers and reads of each other's sums cost more than the split saves.
+#[cfg(any(feature = "cuda", test))]
+const MIN_TOKENS_PER_BLOCK: usize = 8192;
+
+/// How many blocks of kernels/sample.cu draw each row, in one cluster:
+/// the largest of [`CLUSTER_SIZES`] whose clusters, one a row, all run at
+/// once (`resident[i]` of size `CLUSTER_SIZES[i]` do), with at least
+/// [`MIN_TOKENS_PER_BLOCK`] tokens a block; 2 when none fit (two waves of
+/// pairs beat one of single blocks: 0.21 against 0.25 ms for 128 rows on
+/// an H200), 1 for short rows. On an H200 and a 128k vocabulary: 8 up to
+/// 15 rows, 4 up to 30, then 2 (docs/performance.md, "Sampling on the
+/// GPU").
+#[cfg(any(feature = "cuda", test))]
+fn blocks_per_row(rows: usize, vocab: usize, resident: [usize; 3]) -> usize {
+    let long_enough = |blocks: usize| vocab >= blocks * MIN_TOKENS_PER_BLOCK;
+    CLUSTER_SIZES
+        .into_iter()
+        .zip(resident)
+        .find(|&(blocks, fit)| long_enough(blocks) && rows <= fit)
+        .map(|(blocks, _)| blocks)
+        .unwrap_or(if long_enough(2) { 2 } else { 1 })
+}
+
 #[cfg(feature = "cuda")]
 mod cuda {
-    use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+    use std::sync::{Mutex, PoisonError};
+
+    use candle_core::cuda_backend::cudarc::driver::{DevicePtr, DeviceRepr, LaunchConfig};
     use candle_core::cuda_backend::{CudaDevice, WrapErr};
     use candle_core::{DType, Result, Storage, Tensor, bail};
 
-    use super::Draw;
-    use crate::kernels::{Source, kernel};
+    use super::{CLUSTER_SIZES, Draw, blocks_per_row};
+    use crate::kernels::{Kernel, Launch, Source, kernel};
     use crate::paged_attention::cuda::grid;
 
     /// Threads per block (`THREADS` in kernels/sample.cu).
@@ -193,6 +224,24 @@ mod cuda {
     // SAFETY: four 4-byte fields, no padding, any bits valid.
     unsafe impl DeviceRepr for RowDraw {}
 
+    /// How many clusters of each of [`CLUSTER_SIZES`] the sampler runs at
+    /// once, by device, asked of the driver once.
+    static RESIDENT: Mutex<Vec<(usize, [usize; 3])>> = Mutex::new(Vec::new());
+
+    fn resident_clusters(device: &CudaDevice, sample: &Kernel) -> Result<[usize; 3]> {
+        let ordinal = device.cuda_stream().context().ordinal();
+        let mut known = RESIDENT.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, resident)) = known.iter().find(|(id, _)| *id == ordinal) {
+            return Ok(*resident);
+        }
+        let mut resident = [0; 3];
+        for (fit, blocks) in resident.iter_mut().zip(CLUSTER_SIZES) {
+            *fit = sample.resident_clusters(blocks as u32, THREADS)?;
+        }
+        known.push((ordinal, resident));
+        Ok(resident)
+    }
+
     pub(super) fn sample_tokens(
         device: &CudaDevice,
         logits: &Tensor,
@@ -203,7 +252,6 @@ mod cuda {
         if rows == 0 {
             return Ok(Vec::new());
         }
-        let rows_arg = grid(rows, "rows of logits")?;
         let vocab_arg = i32::try_from(vocab).map_err(candle_core::Error::wrap)?;
         let row_draws: Vec<RowDraw> = draws
             .iter()
@@ -227,24 +275,33 @@ mod cuda {
         let row_draws = stream.clone_htod(&row_draws).w()?;
         // SAFETY: the kernel writes every weight of every row before it
         // reads it, and one token per row.
-        let mut weights = unsafe { stream.alloc::<f32>(rows * vocab) }.w()?;
-        let mut tokens = unsafe { stream.alloc::<u32>(rows) }.w()?;
+        let weights = unsafe { stream.alloc::<f32>(rows * vocab) }.w()?;
+        let tokens = unsafe { stream.alloc::<u32>(rows) }.w()?;
+        let blocks = if sample.takes_clusters() {
+            blocks_per_row(rows, vocab, resident_clusters(device, &sample)?)
+        } else {
+            1
+        };
         let config = LaunchConfig {
-            grid_dim: (rows_arg, 1, 1),
+            grid_dim: (grid(rows * blocks, "blocks of sampled rows")?, 1, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = sample.builder();
-        launch
-            .arg(&values)
-            .arg(&mut weights)
-            .arg(&row_draws)
-            .arg(&mut tokens)
+        let mut launch = Launch::new(&sample)
+            .arg(&values.device_ptr(stream).0)
+            .arg(&weights.device_ptr(stream).0)
+            .arg(&row_draws.device_ptr(stream).0)
+            .arg(&tokens.device_ptr(stream).0)
             .arg(&vocab_arg);
+        if sample.takes_clusters() {
+            launch = launch.clusters(blocks as u32);
+        }
         // SAFETY: `values` holds rows x vocab f32 (contiguous, from its
         // offset), `weights` as many, `row_draws` and `tokens` one per row;
-        // the kernel reads and writes nothing else.
-        unsafe { launch.launch(config) }.w()?;
+        // the kernel reads and writes nothing else, and waits for the
+        // kernel before it before reading the logits. `blocks` divides the
+        // grid and is at most 8.
+        unsafe { launch.run(config) }?;
         stream.clone_dtoh(&tokens).w()
     }
 }
@@ -338,6 +395,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(tokens, vec![1, 0]);
+    }
+
+    #[test]
+    fn few_rows_are_split_over_blocks_that_all_run_at_once() {
+        // An H200's resident clusters of 8, 4 and 2 blocks.
+        const H200: [usize; 3] = [15, 30, 66];
+        const LLAMA_3: usize = 128_256;
+        let blocks: Vec<usize> = [1, 15, 16, 30, 31, 66, 67, 128]
+            .iter()
+            .map(|&rows| blocks_per_row(rows, LLAMA_3, H200))
+            .collect();
+        assert_eq!(blocks, [8, 8, 4, 4, 2, 2, 2, 2]);
+        // Short rows keep at least 8,192 tokens a block.
+        assert_eq!(blocks_per_row(1, 7, H200), 1);
+        assert_eq!(blocks_per_row(100, 12_288, H200), 1);
+        assert_eq!(blocks_per_row(1, 16_384, H200), 2);
+        assert_eq!(blocks_per_row(1, 50_001, H200), 4);
+        // A GPU that runs no cluster of 8 at once.
+        assert_eq!(blocks_per_row(1, LLAMA_3, [0, 4, 8]), 4);
     }
 
     #[test]
