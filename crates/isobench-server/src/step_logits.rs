@@ -12,7 +12,9 @@
 //! lowest index), and for the rows whose sequences sample at random, the
 //! token drawn with the sequence's parameters and its next uniform number
 //! ([`isobench_model::sample_tokens`], which follows the host sampler's
-//! rules: crate::sampler).
+//! rules: crate::sampler). A step whose rows all sample at random (a
+//! sampled workload) skips the argmax and draws from the logits as they
+//! are, with no gather of its rows.
 
 use candle_core::Tensor;
 use isobench_model::{Draw, HostBuffer};
@@ -21,8 +23,9 @@ use isobench_model::{Draw, HostBuffer};
 pub(crate) enum StepLogits<'a> {
     /// Every row, `vocab` floats each.
     Host { logits: &'a [f32], vocab: usize },
-    /// The argmax of every row, and the tokens drawn for the rows listed
-    /// in `random_rows` (in that order).
+    /// The argmax of every row (none when every row is in
+    /// `random_rows`), and the tokens drawn for the rows listed in
+    /// `random_rows` (in that order).
     Device {
         argmax: Vec<u32>,
         random_rows: Vec<u32>,
@@ -53,16 +56,25 @@ impl<'a> StepLogits<'a> {
         random: RandomRows,
         buffer: &'a mut HostBuffer,
     ) -> Result<Self, isobench_model::ModelError> {
-        let (_, vocab) = logits.dims2()?;
+        let (rows, vocab) = logits.dims2()?;
         if logits.device().is_cpu() {
             return Ok(Self::Host {
                 logits: buffer.read(logits)?,
                 vocab,
             });
         }
-        let argmax = isobench_model::greedy_tokens(logits)?;
+        // `random.rows` ascend: as many as the rows are every row, in order,
+        // and then no row reads an argmax nor needs gathering.
+        let all_random = random.rows.len() == rows;
+        let argmax = if all_random {
+            Vec::new()
+        } else {
+            isobench_model::greedy_tokens(logits)?
+        };
         let drawn = if random.rows.is_empty() {
             Vec::new()
+        } else if all_random {
+            isobench_model::sample_tokens(logits, &random.draws)?
         } else {
             let rows = Tensor::new(random.rows.as_slice(), logits.device())?;
             isobench_model::sample_tokens(&logits.index_select(&rows, 0)?, &random.draws)?
