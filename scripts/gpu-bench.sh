@@ -185,7 +185,7 @@ check_kernels() {
     log "paged-attention kernels"
     if "$BIN/gpu_kernels" >"$RAW/gpu_kernels.txt" 2>&1; then status=PASS; else status=FAIL; FAILED=1; fi
     say "$status gpu_kernels ($(grep -c '^PASS' "$RAW/gpu_kernels.txt" || true) cases passed, $(grep -c '^FAIL' "$RAW/gpu_kernels.txt" || true) failed)"
-    say "$(grep -E '^(decode attention|  batch)' "$RAW/gpu_kernels.txt")"
+    say "$(grep -E '^(decode attention|  batch|sampled tokens|  +[0-9]+ rows: logits)' "$RAW/gpu_kernels.txt")"
 }
 
 check_model() {

@@ -182,7 +182,7 @@ const MIN_TOKENS_PER_BLOCK: usize = 8192;
 /// once (`resident[i]` of size `CLUSTER_SIZES[i]` do), with at least
 /// [`MIN_TOKENS_PER_BLOCK`] tokens a block; 2 when none fit (two waves of
 /// pairs beat one of single blocks: 0.21 against 0.25 ms for 128 rows on
-/// an H200), 1 for short rows. On an H200 and a 128k vocabulary: 8 up to
+/// an H200) and pairs run at all, 1 for short rows. On an H200 and a 128k vocabulary: 8 up to
 /// 15 rows, 4 up to 30, then 2 (docs/performance.md, "Sampling on the
 /// GPU").
 #[cfg(any(feature = "cuda", test))]
@@ -193,7 +193,7 @@ fn blocks_per_row(rows: usize, vocab: usize, resident: [usize; 3]) -> usize {
         .zip(resident)
         .find(|&(blocks, fit)| long_enough(blocks) && rows <= fit)
         .map(|(blocks, _)| blocks)
-        .unwrap_or(if long_enough(2) { 2 } else { 1 })
+        .unwrap_or(if long_enough(2) && resident[2] > 0 { 2 } else { 1 })
 }
 
 #[cfg(feature = "cuda")]
@@ -412,8 +412,9 @@ mod tests {
         assert_eq!(blocks_per_row(100, 12_288, H200), 1);
         assert_eq!(blocks_per_row(1, 16_384, H200), 2);
         assert_eq!(blocks_per_row(1, 50_001, H200), 4);
-        // A GPU that runs no cluster of 8 at once.
+        // A GPU that runs no cluster of 8 at once, and one that runs none.
         assert_eq!(blocks_per_row(1, LLAMA_3, [0, 4, 8]), 4);
+        assert_eq!(blocks_per_row(1, LLAMA_3, [0, 0, 0]), 1);
     }
 
     #[test]
