@@ -188,12 +188,13 @@ const MIN_TOKENS_PER_BLOCK: usize = 8192;
 #[cfg(any(feature = "cuda", test))]
 fn blocks_per_row(rows: usize, vocab: usize, resident: [usize; 3]) -> usize {
     let long_enough = |blocks: usize| vocab >= blocks * MIN_TOKENS_PER_BLOCK;
+    let pairs = long_enough(2) && resident[2] > 0;
     CLUSTER_SIZES
         .into_iter()
         .zip(resident)
         .find(|&(blocks, fit)| long_enough(blocks) && rows <= fit)
         .map(|(blocks, _)| blocks)
-        .unwrap_or(if long_enough(2) && resident[2] > 0 { 2 } else { 1 })
+        .unwrap_or(if pairs { 2 } else { 1 })
 }
 
 #[cfg(feature = "cuda")]
