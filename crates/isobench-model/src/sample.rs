@@ -19,8 +19,8 @@
 //! On a GPU, [`sample_tokens`] is one kernel of this crate
 //! (kernels/sample.cu, which says how; each row drawn by a cluster of up
 //! to 8 blocks, as many as `blocks_per_row` says) and a copy of 4 bytes a
-//! row to the host, instead of the row's logits (512 KB for a 128k vocabulary) and
-//! about a millisecond of the host's time a row. Elsewhere the rows are
+//! row to the host, instead of the row's logits (512 KB for a 128k
+//! vocabulary) and about a millisecond of the host's time a row. Elsewhere the rows are
 //! drawn on the host, by the reference the kernel is checked against
 //! (examples/gpu_kernels.rs), which sorts each row.
 
@@ -182,9 +182,9 @@ const MIN_TOKENS_PER_BLOCK: usize = 8192;
 /// once (`resident[i]` of size `CLUSTER_SIZES[i]` do), with at least
 /// [`MIN_TOKENS_PER_BLOCK`] tokens a block; 2 when none fit (two waves of
 /// pairs beat one of single blocks: 0.21 against 0.25 ms for 128 rows on
-/// an H200) and pairs run at all, 1 for short rows. On an H200 and a 128k vocabulary: 8 up to
-/// 15 rows, 4 up to 30, then 2 (docs/performance.md, "Sampling on the
-/// GPU").
+/// an H200) and pairs run at all; 1 for short rows. On an H200 and a 128k
+/// vocabulary: 8 up to 15 rows, 4 up to 30, then 2 (docs/performance.md,
+/// "A sampled row drawn by a cluster of blocks").
 #[cfg(any(feature = "cuda", test))]
 fn blocks_per_row(rows: usize, vocab: usize, resident: [usize; 3]) -> usize {
     let long_enough = |blocks: usize| vocab >= blocks * MIN_TOKENS_PER_BLOCK;
