@@ -1,5 +1,5 @@
 // Helpers shared by the CUDA kernels of isobench-model (paged_attention.cu,
-// decode.cu, prefill_attention.cu): conversions between the cache/weight
+// decode.cu, prefill_attention.cu, sample.cu): conversions between the cache/weight
 // types and f32, the waits of programmatic dependent launch, an
 // asynchronous copy to shared memory and a warp-wide sum. Included by
 // each; nvcc finds it beside them.
