@@ -102,10 +102,9 @@ impl GraphRunner {
         }
     }
 
-    /// Every shape a step can replay, as `(rows, tokens)`.
-    pub(crate) fn shapes(&self) -> Vec<(usize, usize)> {
-        let all = self.shapes.all().into_iter();
-        all.map(|shape| (shape.rows, shape.tokens)).collect()
+    /// The buckets of the shapes a step can replay.
+    pub(crate) fn shapes(&self) -> &GraphShapes {
+        &self.shapes
     }
 
     /// Replays `batch` (validated) from its shape's graph, capturing it

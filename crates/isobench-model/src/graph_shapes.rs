@@ -20,22 +20,19 @@
 //! most half past 64 tokens, so padding adds about half a step's tokens
 //! at most.
 
-// Read by `crate::graph`, which only a CUDA build has.
-#![cfg_attr(not(feature = "cuda"), allow(dead_code))]
-
 /// Token counts a step with prompt tokens is captured for by default.
 pub const DEFAULT_GRAPH_TOKEN_BUCKETS: [usize; 9] = [16, 32, 64, 96, 128, 192, 256, 384, 512];
 
 /// The padded size of a captured step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct GraphShape {
+pub struct GraphShape {
     pub rows: usize,
     pub tokens: usize,
 }
 
 /// The row and token buckets graphs are captured for, both sorted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct GraphShapes {
+pub struct GraphShapes {
     pub rows: Vec<usize>,
     pub tokens: Vec<usize>,
 }
@@ -43,7 +40,7 @@ pub(crate) struct GraphShapes {
 impl GraphShapes {
     /// Every shape a step can replay: each row bucket's decode shape, and
     /// each pair of a row bucket and a larger token bucket.
-    pub(crate) fn all(&self) -> Vec<GraphShape> {
+    pub fn all(&self) -> Vec<GraphShape> {
         let decode = self
             .rows
             .iter()
@@ -61,12 +58,7 @@ impl GraphShapes {
     /// replays, or `None` when it runs eagerly: larger than every bucket,
     /// or its last padded row would need more than `max_padded_context`
     /// tokens (what a block table holds).
-    pub(crate) fn of(
-        &self,
-        seqs: usize,
-        tokens: usize,
-        max_padded_context: usize,
-    ) -> Option<GraphShape> {
+    pub fn of(&self, seqs: usize, tokens: usize, max_padded_context: usize) -> Option<GraphShape> {
         let row_bucket = |at_least: usize| self.rows.iter().copied().find(|&b| b >= at_least);
         if tokens == seqs {
             let rows = row_bucket(seqs)?;

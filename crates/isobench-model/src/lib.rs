@@ -91,7 +91,7 @@ pub use device::{DeviceMemory, device_memory, parse_device};
 pub use error::ModelError;
 pub use folder::ModelFolder;
 pub use gguf::export::{Exported, GgufType, export_gguf};
-pub use graph_shapes::DEFAULT_GRAPH_TOKEN_BUCKETS;
+pub use graph_shapes::{DEFAULT_GRAPH_TOKEN_BUCKETS, GraphShape, GraphShapes};
 pub use host_copy::HostBuffer;
 pub use incremental::IncrementalDecoder;
 pub use options::{DEFAULT_GRAPH_BUCKETS, ModelOptions, StepStats};
@@ -134,11 +134,10 @@ pub trait CausalLm: Send {
     /// What the last `forward` did: graph replay, padded batch, and on a
     /// GPU its device time (reading it waits for the step to finish).
     fn last_step(&self) -> StepStats;
-    /// The step shapes, `(sequences, tokens)`, that this model replays from
-    /// CUDA graphs (each captured at its first step, or ahead by
-    /// [`capture_graphs`]); empty when it replays none (the CPU, graphs
-    /// off).
-    fn graph_shapes(&self) -> Vec<(usize, usize)>;
+    /// The buckets of the step shapes this model replays from CUDA graphs
+    /// (each captured at its first step, or ahead by [`capture_graphs`]);
+    /// `None` when it replays none (the CPU, graphs off).
+    fn graph_shapes(&self) -> Option<GraphShapes>;
 }
 
 /// Loads the folder's weights onto `device`, computing in `dtype`; by

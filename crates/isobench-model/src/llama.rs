@@ -30,7 +30,9 @@ use crate::seeded::Init;
 use crate::step::{HostStep, StepLimits, StepTensors};
 use crate::timer::StepTimer;
 use crate::weights::Weights;
-use crate::{CausalLm, KvCache, ModelConfig, ModelError, ModelOptions, StepBatch, StepStats};
+use crate::{
+    CausalLm, GraphShapes, KvCache, ModelConfig, ModelError, ModelOptions, StepBatch, StepStats,
+};
 
 /// A projection `y = x W^T + b`. On the CPU its `W` ([out, in]) is stored
 /// transposed: `Linear` multiplies by `W^T`, and a contiguous right-hand
@@ -568,12 +570,12 @@ impl CausalLm for Llama {
         }
     }
 
-    fn graph_shapes(&self) -> Vec<(usize, usize)> {
+    fn graph_shapes(&self) -> Option<GraphShapes> {
         #[cfg(feature = "cuda")]
         if let Some(graphs) = &self.graphs {
-            return graphs.shapes();
+            return Some(graphs.shapes().clone());
         }
-        Vec::new()
+        None
     }
 }
 

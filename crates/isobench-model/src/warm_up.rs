@@ -19,7 +19,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{CausalLm, KvCache, ModelError, SeqStep, StepBatch, greedy_tokens};
+use crate::{CausalLm, GraphShape, KvCache, ModelError, SeqStep, StepBatch, greedy_tokens};
 
 /// Prompt tokens of the warm-up prefill (fewer when the pool or the
 /// model's context is smaller).
@@ -58,22 +58,20 @@ pub fn capture_graphs(
     max_seqs: usize,
     max_tokens: usize,
 ) -> Result<Option<(usize, Duration)>, ModelError> {
-    let shapes = model.graph_shapes();
-    if shapes.is_empty() {
+    let Some(buckets) = model.graph_shapes() else {
         return Ok(None);
-    }
+    };
     let capacity = capacity(model, cache);
-    let rows: Vec<usize> = shapes.iter().map(|&(rows, _)| rows).collect();
-    let tokens: Vec<usize> = shapes
-        .iter()
-        .filter(|&&(rows, tokens)| tokens > rows)
-        .map(|&(_, tokens)| tokens)
-        .collect();
+    let (rows, tokens) = (&buckets.rows, &buckets.tokens);
     let vocab = model.config().vocab_size.max(1);
     let start = Instant::now();
     let mut captured = 0;
-    for &(seqs, new) in &shapes {
-        let reachable = reachable((&rows, &tokens), (seqs, new), max_seqs, max_tokens);
+    for GraphShape {
+        rows: seqs,
+        tokens: new,
+    } in buckets.all()
+    {
+        let reachable = reachable((rows, tokens), (seqs, new), max_seqs, max_tokens);
         if !reachable || new - seqs + 1 > capacity {
             continue;
         }

@@ -14,7 +14,7 @@
 //! sequence whose step reached its last token, and retires finished ones.
 //! The events a step makes wait in an [`Outbox`] and leave as its
 //! [`EventTiming`] says: on a GPU once the next step's kernels are
-//! launched if it replays a decode graph (before it otherwise: eager
+//! launched if it replays a graph (before it otherwise: eager
 //! launches take milliseconds), so that the GPU does not idle while the
 //! engine wakes every request's handler; on the CPU, where a forward
 //! returns only when it is computed, at the end of the step.
@@ -668,6 +668,18 @@ mod tests {
         }
     }
 
+    /// The GPU's timing, as if decode steps of one and two sequences
+    /// replayed a graph.
+    fn decode_graphs_of_two() -> EventTiming {
+        EventTiming::AfterGraphLaunch {
+            graphs: Some(isobench_model::GraphShapes {
+                rows: vec![1, 2],
+                tokens: Vec::new(),
+            }),
+            max_padded_context: 1024,
+        }
+    }
+
     /// A greedy request for exactly `max_tokens` tokens.
     fn greedy(prompt_tokens: Vec<u32>, max_tokens: u32) -> ValidRequest {
         ValidRequest {
@@ -773,10 +785,7 @@ mod tests {
         drop(handle);
         thread.join().expect("the engine thread ends");
 
-        let held = EventTiming::AfterGraphLaunch {
-            decode_graph_rows: 2,
-        };
-        let (handle, thread) = spawn(move || tiny_engine(held), 16);
+        let (handle, thread) = spawn(|| tiny_engine(decode_graphs_of_two()), 16);
         // Together: decode steps of three sequences (events leave before
         // them), then two and one (after their launch).
         let mut receivers: Vec<_> = requests[..3].iter().map(|r| submit(&handle, r)).collect();

@@ -135,7 +135,7 @@ pub enum StepPhase {
     Sample,
     /// Sending the events a step made to the requests' handlers: on a GPU
     /// the last step's, once the next step is launched if it replays a
-    /// decode graph (before any other step); on the CPU after their step.
+    /// graph (before an eager step); on the CPU after their step.
     Send,
 }
 

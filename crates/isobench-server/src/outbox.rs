@@ -4,13 +4,14 @@
 //! Sending an event wakes its request's handler. On a GPU the engine
 //! sends a step's events once the next step's kernels are launched, so
 //! the GPU does not idle while the handlers wake, but only when that
-//! launch returns at once (it replays a decode graph): an eager launch
-//! (a prompt chunk, graphs off, more sequences than the largest graph)
-//! can take milliseconds, and the events leave before it instead. On the
-//! CPU a forward returns only once it has run, and a step's events leave
-//! at its end.
+//! launch returns at once (it replays a CUDA graph, a decode step or one
+//! with prompt tokens): an eager launch (a prompt chunk above the largest
+//! graph, graphs off, more sequences than the largest graph) can take
+//! milliseconds, and the events leave before it instead. On the CPU a
+//! forward returns only once it has run, and a step's events leave at its
+//! end.
 
-use isobench_model::CausalLm;
+use isobench_model::{CausalLm, GraphShapes, KvCache};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::engine::Event;
@@ -38,41 +39,49 @@ impl Outbox {
 }
 
 /// When the engine sends the events a step made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventTiming {
     /// At the end of the step that made them.
     AfterStep,
-    /// Just after the next step's launch when that step replays a decode
-    /// graph (no prompt tokens, at most `decode_graph_rows` sequences),
-    /// just before it otherwise.
-    AfterGraphLaunch { decode_graph_rows: usize },
+    /// Just after the next step's launch when that step replays a CUDA
+    /// graph of `graphs` (none: graphs off), just before it otherwise.
+    /// `max_padded_context` is the most tokens a padded row may hold (a
+    /// block table's).
+    AfterGraphLaunch {
+        graphs: Option<GraphShapes>,
+        max_padded_context: usize,
+    },
 }
 
 impl EventTiming {
-    /// The timing for `model`: after the step on the CPU, after a graph's
-    /// launch on a GPU (with graphs off no step replays one, and every
-    /// step's events leave before it).
-    pub fn for_model(model: &dyn CausalLm) -> Self {
+    /// The timing for `model` over `cache`: after the step on the CPU,
+    /// after a graph's launch on a GPU.
+    pub fn for_model(model: &dyn CausalLm, cache: &KvCache) -> Self {
         if model.device().is_cpu() {
             return Self::AfterStep;
         }
-        let decode_graph_rows = model
-            .graph_shapes()
-            .into_iter()
-            .filter(|&(rows, tokens)| rows == tokens)
-            .map(|(rows, _)| rows)
-            .max()
-            .unwrap_or(0);
-        Self::AfterGraphLaunch { decode_graph_rows }
+        Self::AfterGraphLaunch {
+            graphs: model.graph_shapes(),
+            max_padded_context: cache.max_blocks_per_seq() * cache.block_size(),
+        }
     }
 
     /// Where, around the step `summary` describes, the last step's events
     /// leave.
-    pub fn send_at(self, summary: &StepSummary) -> SendAt {
+    pub fn send_at(&self, summary: &StepSummary) -> SendAt {
         match self {
             Self::AfterStep => SendAt::AfterStep,
-            Self::AfterGraphLaunch { decode_graph_rows } => {
-                if summary.prefill_tokens == 0 && summary.num_seqs <= decode_graph_rows {
+            Self::AfterGraphLaunch {
+                graphs,
+                max_padded_context,
+            } => {
+                let tokens = summary.prefill_tokens + summary.decode_tokens;
+                let replays = graphs.as_ref().is_some_and(|graphs| {
+                    graphs
+                        .of(summary.num_seqs, tokens, *max_padded_context)
+                        .is_some()
+                });
+                if replays {
                     SendAt::AfterLaunch
                 } else {
                     SendAt::BeforeStep
@@ -98,11 +107,13 @@ pub enum SendAt {
 mod tests {
     use super::*;
 
-    fn step(num_seqs: usize, prefill_tokens: usize) -> StepSummary {
+    /// A step of `num_seqs` sequences, `decode` of them decoding, and
+    /// `prefill_tokens` prompt tokens.
+    fn step(num_seqs: usize, decode: usize, prefill_tokens: usize) -> StepSummary {
         StepSummary {
             num_seqs,
             prefill_tokens,
-            decode_tokens: num_seqs,
+            decode_tokens: decode,
             ..StepSummary::default()
         }
     }
@@ -110,22 +121,43 @@ mod tests {
     #[test]
     fn events_leave_after_a_graph_launch_only() {
         let gpu = EventTiming::AfterGraphLaunch {
-            decode_graph_rows: 8,
+            graphs: Some(GraphShapes {
+                rows: vec![1, 2, 4, 8],
+                tokens: vec![16, 32],
+            }),
+            max_padded_context: 64,
         };
-        assert_eq!(gpu.send_at(&step(1, 0)), SendAt::AfterLaunch);
-        assert_eq!(gpu.send_at(&step(8, 0)), SendAt::AfterLaunch);
-        assert_eq!(gpu.send_at(&step(9, 0)), SendAt::BeforeStep);
-        assert_eq!(gpu.send_at(&step(2, 30)), SendAt::BeforeStep);
+        // Decode steps up to the largest row bucket replay a graph.
+        assert_eq!(gpu.send_at(&step(1, 1, 0)), SendAt::AfterLaunch);
+        assert_eq!(gpu.send_at(&step(8, 8, 0)), SendAt::AfterLaunch);
+        assert_eq!(gpu.send_at(&step(9, 9, 0)), SendAt::BeforeStep);
+        // So do steps with prompt tokens up to the largest token bucket,
+        // with a row bucket above their sequences for the padding.
+        assert_eq!(gpu.send_at(&step(2, 1, 29)), SendAt::AfterLaunch);
+        assert_eq!(gpu.send_at(&step(3, 2, 20)), SendAt::AfterLaunch);
+        assert_eq!(gpu.send_at(&step(2, 1, 40)), SendAt::BeforeStep);
+        assert_eq!(gpu.send_at(&step(8, 7, 20)), SendAt::BeforeStep);
+        // A padded row would hold more tokens than a block table does.
+        let short_tables = EventTiming::AfterGraphLaunch {
+            graphs: Some(GraphShapes {
+                rows: vec![1, 2],
+                tokens: vec![64],
+            }),
+            max_padded_context: 16,
+        };
+        assert_eq!(short_tables.send_at(&step(1, 0, 40)), SendAt::BeforeStep);
+        assert_eq!(short_tables.send_at(&step(1, 0, 60)), SendAt::AfterLaunch);
         let graphs_off = EventTiming::AfterGraphLaunch {
-            decode_graph_rows: 0,
+            graphs: None,
+            max_padded_context: 64,
         };
-        assert_eq!(graphs_off.send_at(&step(1, 0)), SendAt::BeforeStep);
+        assert_eq!(graphs_off.send_at(&step(1, 1, 0)), SendAt::BeforeStep);
         assert_eq!(
-            EventTiming::AfterStep.send_at(&step(1, 0)),
+            EventTiming::AfterStep.send_at(&step(1, 1, 0)),
             SendAt::AfterStep
         );
         assert_eq!(
-            EventTiming::AfterStep.send_at(&step(1, 7)),
+            EventTiming::AfterStep.send_at(&step(1, 0, 7)),
             SendAt::AfterStep
         );
     }

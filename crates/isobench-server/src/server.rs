@@ -80,7 +80,7 @@ impl Server {
         let (model, cache, tokenizer) = (loaded.model, loaded.cache, loaded.tokenizer);
         let (engine, engine_thread) = engine::spawn(
             move || Engine {
-                event_timing: EventTiming::for_model(model.as_ref()),
+                event_timing: EventTiming::for_model(model.as_ref(), &cache),
                 model,
                 cache,
                 tokenizer,
