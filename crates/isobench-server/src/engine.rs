@@ -12,12 +12,16 @@
 //! away (their event receiver is closed; their blocks are freed by the
 //! drop), plans a step, runs the model on it, samples one token for every
 //! sequence whose step reached its last token, and retires finished ones.
-//! The events a step makes wait in an [`Outbox`] and leave as its
-//! [`EventTiming`] says: on a GPU once the next step's kernels are
-//! launched if it replays a graph (before it otherwise: eager
+//! The text of a step's tokens and the events that carry it are made and
+//! sent as its [`EventTiming`] says: on a GPU once the next step's kernels
+//! are launched if it replays a graph (before it otherwise: eager
 //! launches take milliseconds), so that the GPU does not idle while the
-//! engine wakes every request's handler; on the CPU, where a forward
-//! returns only when it is computed, at the end of the step.
+//! engine detokenizes and wakes every request's handler; on the CPU, where
+//! a forward returns only when it is computed, at the end of the step.
+//! Only a token that may finish its sequence (the end of text, its last
+//! allowed token, or any token of a request with stop strings) has its
+//! text made at once, so that a finished sequence never takes a row in the
+//! next step.
 //! With nothing to do the thread sleeps in `recv` (or until the dynamic
 //! policy's deadline). It exits once every handle is dropped and the last
 //! sequence is done, or at its next turn after [`EngineHandle::stop`].
@@ -183,6 +187,9 @@ pub struct Generation {
     max_tokens: u32,
     ignore_eos: bool,
     last_token_at: Option<Instant>,
+    /// Tokens taken whose text is not made yet (see the module docs), each
+    /// with the sequence's count of completion tokens at it.
+    unsent: Vec<(u32, u32)>,
     finished: bool,
 }
 
@@ -226,7 +233,7 @@ impl Engine {
                 break;
             }
             if self.state.is_idle() {
-                self.outbox.send_all();
+                self.flush_events();
                 if !handles_open {
                     break;
                 }
@@ -254,7 +261,7 @@ impl Engine {
                     self.run_step(summary);
                 }
                 Schedule::Idle { wake_at } => {
-                    self.outbox.send_all();
+                    self.flush_events();
                     // Requests wait (dynamic batching's timer, or a pool
                     // still held by sequences being dropped): sleep until
                     // the timer or the next arrival.
@@ -272,7 +279,7 @@ impl Engine {
             }
             self.publish_gauges();
         }
-        self.outbox.send_all();
+        self.flush_events();
         self.publish_gauges();
     }
 
@@ -292,6 +299,7 @@ impl Engine {
             max_tokens: request.max_tokens,
             ignore_eos: request.ignore_eos,
             last_token_at: None,
+            unsent: Vec::new(),
             finished: false,
         };
         self.state
@@ -378,12 +386,45 @@ impl Engine {
         }
     }
 
-    /// Sends the outbox's events, timed as a step's `send` phase.
+    /// Makes the text of the tokens that wait for it, then sends the
+    /// outbox's events, timed as a step's `text` and `send` phases.
     fn send_events(&mut self) {
+        let started = Instant::now();
+        if self.make_unsent_text() {
+            self.metrics
+                .observe_step(StepPhase::Text, started.elapsed());
+        }
         let started = Instant::now();
         self.outbox.send_all();
         self.metrics
             .observe_step(StepPhase::Send, started.elapsed());
+    }
+
+    /// Makes the text of the tokens that wait for it and sends every event,
+    /// untimed: when the engine has no step to run.
+    fn flush_events(&mut self) {
+        self.make_unsent_text();
+        self.outbox.send_all();
+    }
+
+    /// Makes the text of every token that waits for it, sequence by
+    /// sequence in order, into the outbox; true when there was any.
+    fn make_unsent_text(&mut self) -> bool {
+        let mut any = false;
+        for seq in self.state.sequences_mut() {
+            if seq.payload.unsent.is_empty() {
+                continue;
+            }
+            any = true;
+            let prompt_tokens = seq.num_prompt as u32;
+            seq.payload.make_unsent_text(
+                prompt_tokens,
+                &self.tokenizer,
+                &self.metrics,
+                &mut self.outbox,
+            );
+        }
+        any
     }
 
     /// The rows of this step whose sequences sample at random (the others
@@ -418,7 +459,10 @@ impl Engine {
         RandomRows { rows, draws }
     }
 
-    /// Samples the next token of every row whose step reached its last token.
+    /// Samples the next token of every row whose step reached its last
+    /// token, and makes the text of those that may finish their sequence
+    /// (of every token with the CPU's [`EventTiming::AfterStep`]); the
+    /// others' text waits for [`Self::send_events`].
     ///
     /// On the CPU, the draws run first, in parallel when more than one row
     /// samples at random (a draw reads a whole row of logits: about half a
@@ -457,16 +501,37 @@ impl Engine {
         } else {
             draws.iter_mut().map(draw).collect()
         };
+        let defer = self.event_timing != EventTiming::AfterStep;
+        let now = Instant::now();
         for (running_index, token) in tokens {
+            // Its text, made after this step was launched, failed: the
+            // sequence is done, and this row's token is not its own.
+            if self.state.running()[running_index].payload.finished {
+                continue;
+            }
             self.state.append_token(running_index, token);
             let seq = &mut self.state.running_mut()[running_index];
-            emit_token(seq, token, &self.tokenizer, &self.metrics, &mut self.outbox);
+            record_token(seq, now, &self.metrics);
+            let prompt_tokens = seq.num_prompt as u32;
+            let completion_tokens = seq.output().len() as u32;
+            let generation = &mut seq.payload;
+            generation.unsent.push((token, completion_tokens));
+            if !defer || generation.may_finish(token, completion_tokens, &self.tokenizer) {
+                generation.make_unsent_text(
+                    prompt_tokens,
+                    &self.tokenizer,
+                    &self.metrics,
+                    &mut self.outbox,
+                );
+            }
         }
     }
 
     /// A model error: every sequence of the step fails.
     fn fail_step(&mut self, message: &str) {
         tracing::error!(error = message, "model step failed");
+        // The text the requests were owed comes before their failure.
+        self.make_unsent_text();
         let rows: Vec<usize> = self
             .state
             .rows()
@@ -494,18 +559,9 @@ impl Engine {
     }
 }
 
-/// Puts what a newly sampled token produces in the outbox and decides
-/// whether the sequence is finished.
-fn emit_token(
-    seq: &mut Sequence<Generation>,
-    token: u32,
-    tokenizer: &Tokenizer,
-    metrics: &Metrics,
-    outbox: &mut Outbox,
-) {
-    let now = Instant::now();
-    let completion_tokens = seq.output().len() as u32;
-    let prompt_tokens = seq.num_prompt as u32;
+/// Records a sequence's new token (just appended) in the metrics: its time
+/// to first token or since the previous token, and the tokens generated.
+fn record_token(seq: &mut Sequence<Generation>, now: Instant, metrics: &Metrics) {
     let generation = &mut seq.payload;
     match generation.last_token_at {
         None => metrics
@@ -519,51 +575,96 @@ fn emit_token(
     metrics
         .generation_tokens_total
         .fetch_add(1, Ordering::Relaxed);
+}
 
-    let eos = tokenizer.is_eos(token) && !generation.ignore_eos;
-    let mut finish = eos.then_some(FinishReason::Stop);
-    if !eos {
-        match generation.decoder.push(token) {
-            Ok(Some(piece)) => {
-                if generation.pass_text(piece, completion_tokens, outbox) {
-                    return generation.finish(
-                        FinishReason::Stop,
-                        prompt_tokens,
-                        completion_tokens,
-                        metrics,
-                        outbox,
-                    );
+impl Generation {
+    /// Whether `token`, this sequence's `completion_tokens`-th, may finish
+    /// it: the end of text (unless ignored), its last allowed token, or
+    /// any token where stop strings are watched for.
+    fn may_finish(&self, token: u32, completion_tokens: u32, tokenizer: &Tokenizer) -> bool {
+        (tokenizer.is_eos(token) && !self.ignore_eos)
+            || completion_tokens >= self.max_tokens
+            || self.stop.has_stops()
+    }
+
+    /// Makes the text of the tokens that wait for it, in order, until one
+    /// finishes the sequence.
+    fn make_unsent_text(
+        &mut self,
+        prompt_tokens: u32,
+        tokenizer: &Tokenizer,
+        metrics: &Metrics,
+        outbox: &mut Outbox,
+    ) {
+        for (token, completion_tokens) in std::mem::take(&mut self.unsent) {
+            if self.finished {
+                break;
+            }
+            self.make_text(
+                token,
+                prompt_tokens,
+                completion_tokens,
+                tokenizer,
+                metrics,
+                outbox,
+            );
+        }
+    }
+
+    /// Puts the text of `token`, the sequence's `completion_tokens`-th,
+    /// in the outbox, and finishes the sequence if the token ends it.
+    fn make_text(
+        &mut self,
+        token: u32,
+        prompt_tokens: u32,
+        completion_tokens: u32,
+        tokenizer: &Tokenizer,
+        metrics: &Metrics,
+        outbox: &mut Outbox,
+    ) {
+        let eos = tokenizer.is_eos(token) && !self.ignore_eos;
+        let mut finish = eos.then_some(FinishReason::Stop);
+        if !eos {
+            match self.decoder.push(token) {
+                Ok(Some(piece)) => {
+                    if self.pass_text(piece, completion_tokens, outbox) {
+                        return self.finish(
+                            FinishReason::Stop,
+                            prompt_tokens,
+                            completion_tokens,
+                            metrics,
+                            outbox,
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    return self.fail(&format!("detokenizing failed: {err}"), metrics, outbox);
+                }
+            }
+            if completion_tokens >= self.max_tokens {
+                finish = Some(FinishReason::Length);
+            }
+        }
+        let Some(mut reason) = finish else { return };
+        // Release what is held back: an unfinished character, then text that
+        // could have begun a stop string (it may still complete one).
+        match self.decoder.finish() {
+            Ok(Some(rest)) => {
+                if self.pass_text(rest, completion_tokens, outbox) {
+                    reason = FinishReason::Stop;
                 }
             }
             Ok(None) => {}
             Err(err) => {
-                return generation.fail(&format!("detokenizing failed: {err}"), metrics, outbox);
+                return self.fail(&format!("detokenizing failed: {err}"), metrics, outbox);
             }
         }
-        if completion_tokens >= generation.max_tokens {
-            finish = Some(FinishReason::Length);
-        }
+        let held = self.stop.flush();
+        push_text(outbox, &self.events, held, completion_tokens);
+        self.finish(reason, prompt_tokens, completion_tokens, metrics, outbox);
     }
-    let Some(mut reason) = finish else { return };
-    // Release what is held back: an unfinished character, then text that
-    // could have begun a stop string (it may still complete one).
-    match generation.decoder.finish() {
-        Ok(Some(rest)) => {
-            if generation.pass_text(rest, completion_tokens, outbox) {
-                reason = FinishReason::Stop;
-            }
-        }
-        Ok(None) => {}
-        Err(err) => {
-            return generation.fail(&format!("detokenizing failed: {err}"), metrics, outbox);
-        }
-    }
-    let held = generation.stop.flush();
-    push_text(outbox, &generation.events, held, completion_tokens);
-    generation.finish(reason, prompt_tokens, completion_tokens, metrics, outbox);
-}
 
-impl Generation {
     /// Passes a piece of generated text through the stop-string matcher
     /// into the outbox; true when a stop string appeared (the text before
     /// it goes out).
@@ -800,5 +901,88 @@ mod tests {
         let expected = texts(&requests, &after_step);
         assert!(expected.iter().all(|text| !text.is_empty()));
         assert_eq!(texts(&requests, &held_events), expected);
+    }
+
+    /// Every event of each request, submitted together to an engine with
+    /// `timing`, and the tokens its steps computed.
+    fn run_together(timing: EventTiming, requests: Vec<ValidRequest>) -> (Vec<Vec<Event>>, f64) {
+        let (metrics_to, metrics) = mpsc::channel();
+        let engine = move || {
+            let engine = tiny_engine(timing);
+            metrics_to
+                .send(engine.metrics.clone())
+                .expect("the test waits");
+            engine
+        };
+        let (handle, thread) = spawn(engine, 16);
+        let metrics = metrics.recv().expect("the engine starts");
+        let mut receivers: Vec<_> = requests
+            .into_iter()
+            .map(|request| {
+                handle
+                    .submit(request, Instant::now())
+                    .expect("the queue has room")
+            })
+            .collect();
+        let events = receivers.iter_mut().map(events_until_done).collect();
+        drop(handle);
+        thread.join().expect("the engine thread ends");
+        (events, metrics.step_tokens.sum())
+    }
+
+    /// With the GPU's timing a token's text is made after the next step's
+    /// launch, unless the token may finish its request (its last allowed
+    /// token, or a request with stop strings): the events are the same,
+    /// one for one, as when every token's text is made at once, a stop
+    /// string still ends its request where it appears, and no request
+    /// takes a row in a step after it has finished (the steps compute the
+    /// same tokens).
+    #[test]
+    fn text_made_after_the_next_launch_is_the_same_text() {
+        let (alone, _) = run_together(
+            EventTiming::AfterStep,
+            vec![greedy(vec![1, 99, 4, 8, 16, 23, 42], 24)],
+        );
+        // A stop string from the middle of what the request says alone.
+        let pieces: Vec<&str> = alone[0]
+            .iter()
+            .filter_map(|event| match event {
+                Event::Text { text, .. } if !text.trim().is_empty() => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert!(pieces.len() >= 8, "{alone:?}");
+        let stop = pieces[pieces.len() / 2].to_owned();
+        let requests = || {
+            let mut stopped = greedy(vec![1, 99, 4, 8, 16, 23, 42], 24);
+            stopped.stop = vec![stop.clone()];
+            vec![
+                stopped,
+                greedy(vec![1, 500], 11),
+                greedy(vec![1, 15, 27, 300], 3),
+            ]
+        };
+        let (at_once, tokens_at_once) = run_together(EventTiming::AfterStep, requests());
+        let (after_launch, tokens_after_launch) = run_together(decode_graphs_of_two(), requests());
+        assert_eq!(after_launch, at_once);
+        assert_eq!(tokens_after_launch, tokens_at_once);
+        match at_once[0].last() {
+            Some(Event::Finished {
+                reason: FinishReason::Stop,
+                usage,
+            }) => assert!(usage.completion_tokens < 24, "{usage:?}"),
+            other => panic!("the stop string did not end the request: {other:?}"),
+        }
+        let text: String = at_once[0]
+            .iter()
+            .filter_map(|event| match event {
+                Event::Text { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            !text.contains(&stop),
+            "{text:?} holds the stop string {stop:?}"
+        );
     }
 }

@@ -84,6 +84,12 @@ impl Histogram {
         self.observe_value(value as f64, value.saturating_mul(1_000_000_000));
     }
 
+    /// The sum of what was observed (a count's, or seconds).
+    #[cfg(test)]
+    pub fn sum(&self) -> f64 {
+        self.sum_nanos.load(Relaxed) as f64 / 1e9
+    }
+
     fn observe_value(&self, value: f64, scaled: u64) {
         let bucket = self.bounds.partition_point(|&bound| bound < value);
         self.counts[bucket].fetch_add(1, Relaxed);
@@ -130,21 +136,27 @@ pub enum StepPhase {
     /// Bringing the logits the samplers need to the host: on a GPU this
     /// also waits for the step's kernels to finish.
     Logits,
-    /// Sampling and detokenizing the step's tokens, and finding which
-    /// sequences they finish.
+    /// Taking the step's tokens (sampling them on the CPU), and making the
+    /// text of those that may finish their sequence: the end of text, the
+    /// last allowed token, a request with stop strings (on the CPU, of
+    /// every token).
     Sample,
+    /// Making the text of the other tokens (detokenizing): on a GPU the
+    /// last step's, at the same moment as `Send`, just before it.
+    Text,
     /// Sending the events a step made to the requests' handlers: on a GPU
     /// the last step's, once the next step is launched if it replays a
     /// graph (before an eager step); on the CPU after their step.
     Send,
 }
 
-const STEP_PHASES: [(StepPhase, &str); 6] = [
+const STEP_PHASES: [(StepPhase, &str); 7] = [
     (StepPhase::Schedule, "schedule"),
     (StepPhase::Prefill, "prefill"),
     (StepPhase::Decode, "decode"),
     (StepPhase::Logits, "logits"),
     (StepPhase::Sample, "sample"),
+    (StepPhase::Text, "text"),
     (StepPhase::Send, "send"),
 ];
 

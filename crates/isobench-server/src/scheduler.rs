@@ -135,6 +135,11 @@ impl<P> State<P> {
         &self.running
     }
 
+    /// Every sequence, running and then waiting.
+    pub fn sequences_mut(&mut self) -> impl Iterator<Item = &mut Sequence<P>> {
+        self.running.iter_mut().chain(self.waiting.iter_mut())
+    }
+
     pub fn running_mut(&mut self) -> &mut [Sequence<P>] {
         &mut self.running
     }
