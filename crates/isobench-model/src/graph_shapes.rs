@@ -11,7 +11,11 @@
 //! (see [`crate::step::HostStep::padded`]); so a step with padded tokens
 //! needs at least one padded row, and a padded shape always keeps more
 //! tokens than rows, as the attention kernels' choice of launch needs for
-//! such a step.
+//! such a step. Its row buckets are therefore the decode buckets plus one
+//! (`b + 1`): `n <= b` sequences always leave that row, where with `b`
+//! rows a step of exactly `b` sequences (every slot of a full server,
+//! one of them prefilling) would have to pad to the next bucket, `2b`
+//! rows, and `b` more tokens.
 //!
 //! Graphs pay where a step's host-side launches take longer than its GPU
 //! work: a step of a few hundred tokens on a small model. Past the largest
@@ -38,15 +42,23 @@ pub struct GraphShapes {
 }
 
 impl GraphShapes {
+    /// The row buckets of steps with prompt tokens: each decode bucket
+    /// plus the padded row that takes the padded tokens (see the module
+    /// docs).
+    pub fn prompt_rows(&self) -> Vec<usize> {
+        self.rows.iter().map(|&rows| rows + 1).collect()
+    }
+
     /// Every shape a step can replay: each row bucket's decode shape, and
-    /// each pair of a row bucket and a larger token bucket.
+    /// each pair of a prompt row bucket and a larger token bucket.
     pub fn all(&self) -> Vec<GraphShape> {
         let decode = self
             .rows
             .iter()
             .map(|&rows| GraphShape { rows, tokens: rows });
+        let prompt_rows = self.prompt_rows();
         let prompt = self.tokens.iter().flat_map(|&tokens| {
-            self.rows
+            prompt_rows
                 .iter()
                 .filter(move |&&rows| rows < tokens)
                 .map(move |&rows| GraphShape { rows, tokens })
@@ -59,11 +71,12 @@ impl GraphShapes {
     /// or its last padded row would need more than `max_padded_context`
     /// tokens (what a block table holds).
     pub fn of(&self, seqs: usize, tokens: usize, max_padded_context: usize) -> Option<GraphShape> {
-        let row_bucket = |at_least: usize| self.rows.iter().copied().find(|&b| b >= at_least);
         if tokens == seqs {
-            let rows = row_bucket(seqs)?;
+            let rows = self.rows.iter().copied().find(|&b| b >= seqs)?;
             return Some(GraphShape { rows, tokens: rows });
         }
+        let prompt_rows = self.prompt_rows();
+        let row_bucket = |at_least: usize| prompt_rows.iter().copied().find(|&b| b >= at_least);
         self.tokens
             .iter()
             .copied()
@@ -110,23 +123,33 @@ mod tests {
 
     #[test]
     fn a_step_with_prompt_tokens_pads_both() {
-        // One padded row takes the 6 tokens left over.
-        assert_eq!(shapes().of(3, 10, 1024), shape(4, 16));
+        // Its row buckets are 2, 3, 5 and 9. Two padded rows take the 6
+        // tokens left over.
+        assert_eq!(shapes().of(3, 10, 1024), shape(5, 16));
         // Exactly a bucket of each: nothing to pad.
-        assert_eq!(shapes().of(4, 16, 1024), shape(4, 16));
-        // 16 tokens over 3 rows: a padded row is needed, so 32 tokens.
-        assert_eq!(shapes().of(3, 16, 1024), shape(4, 32));
-        // 4 rows and 15 tokens: the padded token needs a row of its own.
-        assert_eq!(shapes().of(4, 15, 1024), shape(8, 32));
-        // 5 rows in 8 leave 3 padded rows, each needing a token: 14 real
+        assert_eq!(shapes().of(3, 16, 1024), shape(3, 16));
+        // 16 tokens over 4 rows: a padded row is needed, so 32 tokens.
+        assert_eq!(shapes().of(4, 16, 1024), shape(5, 32));
+        // 4 rows and 15 tokens: the padded token has the fifth row.
+        assert_eq!(shapes().of(4, 15, 1024), shape(5, 16));
+        // 6 rows in 9 leave 3 padded rows, each needing a token: 14 real
         // tokens leave only 2 in a bucket of 16.
-        assert_eq!(shapes().of(5, 14, 1024), shape(8, 32));
+        assert_eq!(shapes().of(6, 14, 1024), shape(9, 32));
+    }
+
+    #[test]
+    fn a_full_bucket_of_sequences_pads_one_row_not_a_bucket() {
+        // Every slot of the largest decode bucket busy, one of them
+        // prefilling: one padded row, not the next bucket's 8 more rows and
+        // tokens (and there is none above 8).
+        assert_eq!(shapes().of(8, 20, 1024), shape(9, 32));
+        assert_eq!(shapes().of(4, 12, 1024), shape(5, 16));
     }
 
     #[test]
     fn every_shape_is_listed_once_and_is_its_own_shape() {
         let all = shapes().all();
-        // 4 decode shapes; 16 tokens over 1 to 8 rows, 32 and 64 likewise.
+        // 4 decode shapes; 16 tokens over 2 to 9 rows, 32 and 64 likewise.
         assert_eq!(all.len(), 4 + 3 * 4);
         for shape in all {
             assert_eq!(shapes().of(shape.rows, shape.tokens, 1024), Some(shape));
@@ -136,7 +159,7 @@ mod tests {
     #[test]
     fn what_no_bucket_holds_runs_eagerly() {
         assert_eq!(shapes().of(3, 65, 1024), None);
-        assert_eq!(shapes().of(8, 20, 1024), None, "no row bucket above 8");
+        assert_eq!(shapes().of(9, 20, 1024), None, "no row bucket above 9");
         // 2 tokens in 16: the padded row attends over the other 14.
         assert_eq!(shapes().of(1, 2, 13), None);
         assert_eq!(shapes().of(1, 2, 14), shape(2, 16));

@@ -62,7 +62,7 @@ pub fn capture_graphs(
         return Ok(None);
     };
     let capacity = capacity(model, cache);
-    let (rows, tokens) = (&buckets.rows, &buckets.tokens);
+    let prompt_rows = buckets.prompt_rows();
     let vocab = model.config().vocab_size.max(1);
     let start = Instant::now();
     let mut captured = 0;
@@ -71,7 +71,12 @@ pub fn capture_graphs(
         tokens: new,
     } in buckets.all()
     {
-        let reachable = reachable((rows, tokens), (seqs, new), max_seqs, max_tokens);
+        let rows = if new == seqs {
+            &buckets.rows
+        } else {
+            &prompt_rows
+        };
+        let reachable = reachable((rows, &buckets.tokens), (seqs, new), max_seqs, max_tokens);
         if !reachable || new - seqs + 1 > capacity {
             continue;
         }
@@ -82,8 +87,9 @@ pub fn capture_graphs(
 }
 
 /// Whether a step of at most `max_seqs` sequences and `max_tokens` tokens
-/// can be padded to the shape `(seqs, tokens)`, given the row and token
-/// buckets: a decode shape by its rows alone (a decode step of `n`
+/// can be padded to the shape `(seqs, tokens)`, given the row buckets of
+/// its kind (decode, or with prompt tokens: [`crate::GraphShapes::prompt_rows`])
+/// and the token buckets: a decode shape by its rows alone (a decode step of `n`
 /// sequences has `n` tokens, and a server takes at least as many tokens a
 /// step as sequences), a shape with prompt tokens by both. A step's rows
 /// can reach the bucket above its own when its padded tokens need a row.
@@ -186,15 +192,17 @@ mod tests {
 
     #[test]
     fn a_server_captures_the_shapes_its_steps_can_be_padded_to() {
-        let buckets: (&[usize], &[usize]) = (&[1, 2, 4, 8, 16], &[16, 32, 64]);
+        let decode: (&[usize], &[usize]) = (&[1, 2, 4, 8, 16], &[16, 32, 64]);
+        let prompt: (&[usize], &[usize]) = (&[2, 3, 5, 9, 17], &[16, 32, 64]);
         // At most 6 sequences and 20 tokens a step.
-        let reach = |shape| reachable(buckets, shape, 6, 20);
+        let reach_decode = |shape| reachable(decode, shape, 6, 20);
+        let reach_prompt = |shape| reachable(prompt, shape, 6, 20);
         // 6 decoding sequences pad to 8 rows; a step with prompt tokens and
-        // 4 sequences can need a padded row, so 8 as well.
-        assert!(reach((8, 8)) && reach((8, 32)));
-        assert!(!reach((16, 16)) && !reach((16, 32)));
+        // 5 or 6 sequences pads to 9 (with 5, a padded row is needed).
+        assert!(reach_decode((8, 8)) && reach_prompt((9, 32)));
+        assert!(!reach_decode((16, 16)) && !reach_prompt((17, 32)));
         // 20 tokens pad to 32, never to 64.
-        assert!(reach((4, 32)) && !reach((4, 64)));
+        assert!(reach_prompt((5, 32)) && !reach_prompt((5, 64)));
         // Decode shapes do not depend on the token limit: 10 sequences
         // decoding pad to 16 rows, though a token bucket of 12 lies between.
         let uneven: (&[usize], &[usize]) = (&[4, 8, 16], &[12, 32]);

@@ -132,11 +132,12 @@ mod tests {
         assert_eq!(gpu.send_at(&step(8, 8, 0)), SendAt::AfterLaunch);
         assert_eq!(gpu.send_at(&step(9, 9, 0)), SendAt::BeforeStep);
         // So do steps with prompt tokens up to the largest token bucket,
-        // with a row bucket above their sequences for the padding.
+        // and up to 9 sequences (the largest row bucket and a padded row).
         assert_eq!(gpu.send_at(&step(2, 1, 29)), SendAt::AfterLaunch);
         assert_eq!(gpu.send_at(&step(3, 2, 20)), SendAt::AfterLaunch);
+        assert_eq!(gpu.send_at(&step(8, 7, 20)), SendAt::AfterLaunch);
         assert_eq!(gpu.send_at(&step(2, 1, 40)), SendAt::BeforeStep);
-        assert_eq!(gpu.send_at(&step(8, 7, 20)), SendAt::BeforeStep);
+        assert_eq!(gpu.send_at(&step(9, 8, 20)), SendAt::BeforeStep);
         // A padded row would hold more tokens than a block table does.
         let short_tables = EventTiming::AfterGraphLaunch {
             graphs: Some(GraphShapes {
