@@ -1,7 +1,8 @@
 //! The optional `gpu` section of a report: the GPU the server ran on, its
-//! peak memory, and the energy it drew over the measured window, with the
-//! figures derived from that energy and the run's summary (joules per
-//! output token, mean power).
+//! peak memory, the energy it drew and the time its model forwards took
+//! over the measured window, with the figures derived from those and the
+//! run's summary (joules per output token, mean power, the share of the
+//! window the GPU spent in forwards).
 //!
 //! The binary measures a [`GpuMeasurement`] (from the target's `/metrics`,
 //! see docs/gpu.md) and [`GpuReport::new`] derives the rest, so each
@@ -32,6 +33,11 @@ pub struct GpuMeasurement {
     pub cuda_graph_replays: u64,
     /// Model steps run eagerly during the run (warm-up included).
     pub eager_steps: u64,
+    /// GPU time of the server's model forwards over the measured window,
+    /// in seconds (its CUDA-event step times); `None` from a server that
+    /// does not report them, and in reports written before they were.
+    #[serde(default)]
+    pub device_busy_s: Option<f64>,
 }
 
 /// The report's `gpu` section: the measurement and what derives from it.
@@ -43,6 +49,11 @@ pub struct GpuReport {
     pub energy_per_output_token_j: Option<f64>,
     /// `energy_j` / the measured window's length, in watts.
     pub mean_power_w: Option<f64>,
+    /// `device_busy_s` / the measured window's length: the share of the
+    /// window the GPU spent in model forwards (the rest went to choosing
+    /// tokens, waiting for the host, or idling with nothing to run).
+    #[serde(default)]
+    pub device_busy_share: Option<f64>,
 }
 
 impl GpuReport {
@@ -53,9 +64,14 @@ impl GpuReport {
                 .filter(|_| denominator > 0.0)
                 .map(|joules| joules / denominator)
         };
+        let window_s = summary.window_s;
         Self {
             energy_per_output_token_j: per(summary.tokens.output as f64),
-            mean_power_w: per(summary.window_s),
+            mean_power_w: per(window_s),
+            device_busy_share: measured
+                .device_busy_s
+                .filter(|_| window_s > 0.0)
+                .map(|busy| busy / window_s),
             measured,
         }
     }

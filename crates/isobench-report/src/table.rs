@@ -40,9 +40,12 @@ fn gpu(out: &mut String, report: &Report) {
         ),
         (None, ..) => " · energy not reported by this GPU".into(),
     };
+    let busy = gpu.device_busy_share.map_or(String::new(), |share| {
+        format!(", forwards {:.0}% of the window", share * 100.0)
+    });
     let _ = writeln!(
         out,
-        "gpu       {} (cuda:{}, driver {}) · peak memory {:.1} of {:.1} GiB{energy} · steps {} graph, {} eager",
+        "gpu       {} (cuda:{}, driver {}) · peak memory {:.1} of {:.1} GiB{energy} · steps {} graph, {} eager{busy}",
         m.name,
         m.index,
         m.driver,

@@ -11,7 +11,7 @@ mod common;
 use std::path::PathBuf;
 
 use isobench_metrics::{Recorder, assess_validity};
-use isobench_report::{GpuMeasurement, Report};
+use isobench_report::{GpuMeasurement, Report, table};
 use serde_json::Value;
 
 fn workspace_file(relative: &str) -> PathBuf {
@@ -171,6 +171,7 @@ fn h200(energy_j: Option<f64>) -> GpuMeasurement {
         energy_j,
         cuda_graph_replays: 900,
         eager_steps: 120,
+        device_busy_s: Some(0.5),
     }
 }
 
@@ -198,6 +199,8 @@ fn a_gpu_report_matches_the_schema_and_derives_energy_per_token_and_power() {
         keys,
         [
             "cuda_graph_replays",
+            "device_busy_s",
+            "device_busy_share",
             "driver",
             "eager_steps",
             "energy_j",
@@ -220,6 +223,7 @@ fn a_gpu_report_matches_the_schema_and_derives_energy_per_token_and_power() {
     };
     close(&gpu["energy_per_output_token_j"], 1234.5 / output);
     close(&gpu["mean_power_w"], 1234.5 / report.summary.window_s);
+    close(&gpu["device_busy_share"], 0.5 / report.summary.window_s);
     let path = std::path::Path::new("gpu.json");
     let read = Report::from_json(&report.to_json(), path).unwrap();
     assert_eq!(read.gpu.unwrap().measured, report.gpu.unwrap().measured);
@@ -230,6 +234,23 @@ fn a_gpu_report_matches_the_schema_and_derives_energy_per_token_and_power() {
     assert_eq!(json["gpu"]["mean_power_w"], Value::Null);
     let errors = violations(&json);
     assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn a_gpu_report_written_before_forward_times_still_reads() {
+    let mut json = json_of(&common::sample_report().with_gpu(h200(Some(1.0))));
+    let gpu = json["gpu"].as_object_mut().unwrap();
+    gpu.remove("device_busy_s");
+    gpu.remove("device_busy_share");
+    let errors = violations(&json);
+    assert!(errors.is_empty(), "{errors:#?}");
+    let read = Report::from_json(&json.to_string(), std::path::Path::new("old.json")).unwrap();
+    let gpu = read.gpu.unwrap();
+    assert_eq!(
+        (gpu.measured.device_busy_s, gpu.device_busy_share),
+        (None, None)
+    );
+    assert_eq!(gpu.measured.energy_j, Some(1.0));
 }
 
 #[test]
@@ -379,4 +400,31 @@ fn the_key_set_matches_its_snapshot() {
 #[test]
 fn the_key_set_of_a_step_matches_its_snapshot() {
     check_key_snapshot(&common::sweep_steps("s").remove(0), "step_report_keys.txt");
+}
+
+#[test]
+fn the_table_s_gpu_line_shows_the_window_s_share_in_forwards() {
+    let report = common::sample_report();
+    let window_s = report.summary.window_s;
+    let busy = GpuMeasurement {
+        device_busy_s: Some(0.75 * window_s),
+        ..h200(Some(1234.5))
+    };
+    let text = table::render(&report.clone().with_gpu(busy));
+    let line = text.lines().find(|l| l.starts_with("gpu ")).unwrap();
+    assert!(
+        line.contains("NVIDIA H200 (cuda:0, driver 580.65.06)"),
+        "{line}"
+    );
+    assert!(
+        line.ends_with("steps 900 graph, 120 eager, forwards 75% of the window"),
+        "{line}"
+    );
+    // A server that does not time its forwards: the line says nothing of them.
+    let untimed = GpuMeasurement {
+        device_busy_s: None,
+        ..h200(Some(1234.5))
+    };
+    let text = table::render(&report.with_gpu(untimed));
+    assert!(!text.contains("forwards"), "{text}");
 }

@@ -5,10 +5,12 @@
 //! there (`isobench_gpu_info`) with NVML's memory and energy figures and
 //! its step counters. The run's scraper ([`crate::observe`]) reads each
 //! page into a [`GpuScrape`] when it has those series (a CPU server,
-//! another server, no `/metrics`: none, and no `gpu` section), and the
-//! energy of the measured window is the counter interpolated linearly at
-//! the window's start and end between the scrapes around them. Embedded
-//! and external targets go through the same path.
+//! another server, no `/metrics`: none, and no `gpu` section). The energy
+//! of the measured window, and the GPU time of its model forwards (the
+//! sum of `isobench_step_device_seconds` over its phases), are those
+//! counters interpolated linearly at the window's start and end between
+//! the scrapes around them. Embedded and external targets go through the
+//! same path.
 
 use std::time::Instant;
 
@@ -28,6 +30,7 @@ pub struct GpuScrape {
     energy_j: Option<f64>,
     graph_replays: u64,
     eager_steps: u64,
+    device_busy_s: Option<f64>,
 }
 
 impl GpuScrape {
@@ -45,6 +48,7 @@ impl GpuScrape {
             energy_j: page.value("isobench_gpu_energy_joules_total"),
             graph_replays: count("isobench_cuda_graph_replays_total"),
             eager_steps: count("isobench_eager_steps_total"),
+            device_busy_s: page.sum("isobench_step_device_seconds_sum"),
         })
     }
 }
@@ -53,8 +57,11 @@ impl GpuScrape {
 pub fn measure(scrapes: &[GpuScrape], window: Option<(Instant, Instant)>) -> GpuMeasurement {
     let first = &scrapes[0];
     let last = scrapes.last().unwrap_or(first);
-    let energy_j =
-        window.and_then(|(from, to)| Some(energy_at(scrapes, to)? - energy_at(scrapes, from)?));
+    let over_window = |counter: fn(&GpuScrape) -> Option<f64>| {
+        let (from, to) = window?;
+        let at = |instant| counter_at(scrapes, instant, counter);
+        Some((at(to)? - at(from)?).max(0.0))
+    };
     GpuMeasurement {
         name: last.name.clone(),
         index: last.index,
@@ -65,18 +72,23 @@ pub fn measure(scrapes: &[GpuScrape], window: Option<(Instant, Instant)>) -> Gpu
             .map(|s| s.memory_peak_bytes)
             .max()
             .unwrap_or(0),
-        energy_j: energy_j.map(|joules| joules.max(0.0)),
+        energy_j: over_window(|s| s.energy_j),
         cuda_graph_replays: last.graph_replays.saturating_sub(first.graph_replays),
         eager_steps: last.eager_steps.saturating_sub(first.eager_steps),
+        device_busy_s: over_window(|s| s.device_busy_s),
     }
 }
 
-/// The energy counter at `at`, interpolated linearly between the scrapes
-/// around it (the first or last scrape's value outside them).
-fn energy_at(scrapes: &[GpuScrape], at: Instant) -> Option<f64> {
+/// A counter of the scrapes at `at`, interpolated linearly between the
+/// scrapes around it (the first or last scrape's value outside them).
+fn counter_at(
+    scrapes: &[GpuScrape],
+    at: Instant,
+    counter: fn(&GpuScrape) -> Option<f64>,
+) -> Option<f64> {
     let points: Vec<(Instant, f64)> = scrapes
         .iter()
-        .filter_map(|s| Some((s.at, s.energy_j?)))
+        .filter_map(|s| Some((s.at, counter(s)?)))
         .collect();
     let after = points.partition_point(|(t, _)| *t <= at);
     match (after.checked_sub(1).map(|i| points[i]), points.get(after)) {
@@ -107,7 +119,9 @@ mod tests {
         isobench_gpu_memory_total_bytes 1000\n\
         isobench_gpu_memory_used_bytes 700\n\
         isobench_gpu_memory_peak_bytes 900\n\
-        isobench_gpu_energy_joules_total 12.5\n";
+        isobench_gpu_energy_joules_total 12.5\n\
+        isobench_step_device_seconds_sum{phase=\"prefill\"} 0.25\n\
+        isobench_step_device_seconds_sum{phase=\"decode\"} 1.5\n";
 
     fn parse(text: &str, at: Instant) -> Option<GpuScrape> {
         GpuScrape::of(&Exposition::parse(text), at)
@@ -124,6 +138,8 @@ mod tests {
         assert_eq!(scrape.memory_peak_bytes, 900);
         assert_eq!(scrape.energy_j, Some(12.5));
         assert_eq!((scrape.graph_replays, scrape.eager_steps), (40, 10));
+        // Forward time is summed over the step phases.
+        assert_eq!(scrape.device_busy_s, Some(1.75));
     }
 
     #[test]
@@ -132,10 +148,13 @@ mod tests {
         assert_eq!(parse(cpu, Instant::now()), None);
     }
 
+    /// A scrape `ms` after `base`; the GPU was busy in forwards for 60% of
+    /// the time since `base`.
     fn at(base: Instant, ms: u64, energy: Option<f64>, eager: u64, peak: u64) -> GpuScrape {
         GpuScrape {
             at: base + Duration::from_millis(ms),
             energy_j: energy,
+            device_busy_s: Some(0.6 * ms as f64 / 1000.0),
             eager_steps: eager,
             memory_peak_bytes: peak,
             ..parse(METRICS, base).unwrap()
@@ -143,7 +162,7 @@ mod tests {
     }
 
     #[test]
-    fn window_energy_is_interpolated_between_scrapes() {
+    fn window_energy_and_forward_time_are_interpolated_between_scrapes() {
         let t = Instant::now();
         // 100 W: 0.1 J per ms, from 0 J at t.
         let scrapes = [
@@ -159,6 +178,9 @@ mod tests {
         let m = measure(&scrapes, Some(window));
         let energy = m.energy_j.unwrap();
         assert!((energy - 50.0).abs() < 1e-9, "{energy}");
+        // 60% of the 500 ms window, interpolated the same way.
+        let busy = m.device_busy_s.unwrap();
+        assert!((busy - 0.3).abs() < 1e-9, "{busy}");
         assert_eq!(m.eager_steps, 12);
         assert_eq!(m.peak_memory_bytes, 800);
         // A window past the last scrape holds the last value.
@@ -170,7 +192,14 @@ mod tests {
         assert!((energy - 5.0).abs() < 1e-9, "{energy}");
         // No window (nothing measured), or no energy counter: no energy.
         assert_eq!(measure(&scrapes, None).energy_j, None);
+        assert_eq!(measure(&scrapes, None).device_busy_s, None);
         let dark = [at(t, 0, None, 0, 1), at(t, 250, None, 1, 1)];
         assert_eq!(measure(&dark, Some(window)).energy_j, None);
+        // A server that does not time its forwards: no busy time.
+        let untimed = dark.map(|s| GpuScrape {
+            device_busy_s: None,
+            ..s
+        });
+        assert_eq!(measure(&untimed, Some(window)).device_busy_s, None);
     }
 }

@@ -177,8 +177,8 @@ mod tests {
         url
     }
 
-    /// A GPU server whose GPU drew 100 J more and ran 10 more eager steps
-    /// at each scrape.
+    /// A GPU server whose GPU drew 100 J more, ran 10 more eager steps and
+    /// spent 5 ms more in forwards at each scrape.
     fn gpu_page(scrape: u64) -> String {
         format!(
             "isobench_eager_steps_total {}\n\
@@ -186,10 +186,12 @@ mod tests {
              isobench_gpu_info{{gpu=\"0\",name=\"NVIDIA H200\",driver=\"580.1\"}} 1\n\
              isobench_gpu_memory_total_bytes 1000\n\
              isobench_gpu_memory_peak_bytes {}\n\
-             isobench_gpu_energy_joules_total {}\n",
+             isobench_gpu_energy_joules_total {}\n\
+             isobench_step_device_seconds_sum{{phase=\"decode\"}} {}\n",
             10 * scrape,
             500 + scrape,
-            100 * scrape
+            100 * scrape,
+            0.005 * scrape as f64
         )
     }
 
@@ -218,6 +220,9 @@ mod tests {
             energy > 0.0 && energy <= 100.0 * m.eager_steps as f64 / 10.0,
             "{m:?}"
         );
+        // Forward time grows with the energy, 5 ms for each 100 J.
+        let busy = m.device_busy_s.unwrap();
+        assert!((busy - energy / 100.0 * 0.005).abs() < 1e-9, "{m:?}");
     }
 
     /// A page as vLLM 0.10 writes it (abridged, other families left in):
