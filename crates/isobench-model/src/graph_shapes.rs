@@ -45,8 +45,8 @@ impl GraphShapes {
     /// The row buckets of steps with prompt tokens: each decode bucket
     /// plus the padded row that takes the padded tokens (see the module
     /// docs).
-    pub fn prompt_rows(&self) -> Vec<usize> {
-        self.rows.iter().map(|&rows| rows + 1).collect()
+    pub fn prompt_rows(&self) -> impl Iterator<Item = usize> + '_ {
+        self.rows.iter().map(|&rows| rows + 1)
     }
 
     /// Every shape a step can replay: each row bucket's decode shape, and
@@ -56,12 +56,10 @@ impl GraphShapes {
             .rows
             .iter()
             .map(|&rows| GraphShape { rows, tokens: rows });
-        let prompt_rows = self.prompt_rows();
         let prompt = self.tokens.iter().flat_map(|&tokens| {
-            prompt_rows
-                .iter()
-                .filter(move |&&rows| rows < tokens)
-                .map(move |&rows| GraphShape { rows, tokens })
+            self.prompt_rows()
+                .filter(move |&rows| rows < tokens)
+                .map(move |rows| GraphShape { rows, tokens })
         });
         decode.chain(prompt).collect()
     }
@@ -75,8 +73,7 @@ impl GraphShapes {
             let rows = self.rows.iter().copied().find(|&b| b >= seqs)?;
             return Some(GraphShape { rows, tokens: rows });
         }
-        let prompt_rows = self.prompt_rows();
-        let row_bucket = |at_least: usize| prompt_rows.iter().copied().find(|&b| b >= at_least);
+        let row_bucket = |at_least: usize| self.prompt_rows().find(|&b| b >= at_least);
         self.tokens
             .iter()
             .copied()

@@ -62,7 +62,7 @@ pub fn capture_graphs(
         return Ok(None);
     };
     let capacity = capacity(model, cache);
-    let prompt_rows = buckets.prompt_rows();
+    let prompt_rows: Vec<usize> = buckets.prompt_rows().collect();
     let vocab = model.config().vocab_size.max(1);
     let start = Instant::now();
     let mut captured = 0;
