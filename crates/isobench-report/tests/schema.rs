@@ -344,7 +344,7 @@ fn a_plan_matches_its_schema() {
         trial_duration_s: 20.0,
         configurations: vec![ConfigurationPlan {
             name: "continuous".into(),
-            server: Some("embedded models/small-llama, continuous batching (max 64 sequences), KV pool 4096 blocks".into()),
+            server: Some("embedded models/small-llama, continuous batching (max 64 sequences, 512 tokens a step), KV pool 4096 blocks".into()),
             capacity_rps: Some(2.0),
             upper_rps: Some(2.2),
             goodput_rps: Some(1.96),

@@ -37,14 +37,8 @@ pub const MAX_GPU_MEMORY_FRACTION: f64 = 0.95;
 pub const DEFAULT_DEVICE: &str = "cpu";
 /// Default `--max-waiting`: requests queued for admission before 429.
 pub const DEFAULT_MAX_WAITING: usize = 1024;
-/// Default `--max-batch-size` of the static and dynamic policies.
-pub const DEFAULT_MAX_BATCH_SIZE: u32 = 32;
 /// Default `--max-wait` of the dynamic policy.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_millis(50);
-/// Default `--max-num-seqs` of the continuous policy.
-pub const DEFAULT_MAX_NUM_SEQS: u32 = 64;
-/// Default `--max-num-batched-tokens` of the continuous policy.
-pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 512;
 /// Default `--max-body`: the largest request body accepted.
 pub const DEFAULT_MAX_BODY: ByteSize = ByteSize(4 * 1024 * 1024);
 /// Default `--api-key-env`.
@@ -214,10 +208,57 @@ pub enum BatchingConfig {
 }
 
 impl Default for BatchingConfig {
+    /// Continuous batching with the CPU's defaults.
     fn default() -> Self {
+        let defaults = BatchingDefaults::CPU;
         BatchingConfig::Continuous {
-            max_num_seqs: DEFAULT_MAX_NUM_SEQS,
-            max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            max_num_seqs: defaults.max_num_seqs,
+            max_num_batched_tokens: defaults.max_num_batched_tokens,
+        }
+    }
+}
+
+/// The defaults of the batching knobs on one kind of device. On CUDA
+/// every policy may run 128 sequences and continuous batching computes up
+/// to 2,048 tokens a step, the limits `scripts/gpu-bench.sh` measures
+/// with: a GPU decode step of 128 sequences takes about 1.4 times one of
+/// 64 (the 8B shape on an H200: 12.2 against 8.8 ms), so the larger
+/// batch is 1.4 times the tokens/s, and docs/performance.md compares the
+/// budgets ("A larger token budget does not close the `batched` gap").
+/// The CPU keeps the smaller limits its own benchmarks use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchingDefaults {
+    /// `--max-batch-size` of the static and dynamic policies.
+    pub max_batch_size: u32,
+    /// `--max-num-seqs` of the continuous policy.
+    pub max_num_seqs: u32,
+    /// `--max-num-batched-tokens` of the continuous policy (raised to
+    /// `--max-num-seqs` when that is larger).
+    pub max_num_batched_tokens: u32,
+}
+
+impl BatchingDefaults {
+    /// On the CPU.
+    pub const CPU: Self = Self {
+        max_batch_size: 32,
+        max_num_seqs: 64,
+        max_num_batched_tokens: 512,
+    };
+    /// On a CUDA device.
+    pub const CUDA: Self = Self {
+        max_batch_size: 128,
+        max_num_seqs: 128,
+        max_num_batched_tokens: 2048,
+    };
+
+    /// The defaults for a `--device` value: [`Self::CUDA`] for `cuda` and
+    /// `cuda:N`, [`Self::CPU`] for anything else (a device that is neither
+    /// is rejected when the server starts).
+    pub fn for_device(device: &str) -> Self {
+        if device.trim().starts_with("cuda") {
+            Self::CUDA
+        } else {
+            Self::CPU
         }
     }
 }
@@ -364,6 +405,11 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
+    /// The `--device` value, or the default (`cpu`).
+    pub fn device(&self) -> &str {
+        self.device.as_deref().unwrap_or(DEFAULT_DEVICE)
+    }
+
     /// Writes these flags into `config`, leaving its values where a flag is
     /// not given; the caller validates the result.
     pub fn apply(&self, config: &mut ServerConfig) {
@@ -396,24 +442,29 @@ pub struct BatchingArgs {
     /// Batching policy.
     #[arg(long, value_enum, default_value_t = BatchingKind::Continuous)]
     pub batching: BatchingKind,
-    /// static/dynamic: the most requests in one batch [default: 32].
+    /// static/dynamic: the most requests in one batch [default: 32 on the
+    /// CPU, 128 on CUDA].
     #[arg(long)]
     pub max_batch_size: Option<u32>,
     /// dynamic: start a smaller batch once the oldest request waited this long [default: 50ms].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub max_wait: Option<Duration>,
-    /// continuous: the most sequences running at once [default: 64].
+    /// continuous: the most sequences running at once [default: 64 on the
+    /// CPU, 128 on CUDA].
     #[arg(long)]
     pub max_num_seqs: Option<u32>,
-    /// continuous: tokens computed per step, decode tokens plus prefill chunks [default: 512].
+    /// continuous: tokens computed per step, decode tokens plus prefill
+    /// chunks [default: 512 on the CPU, 2048 on CUDA].
     #[arg(long)]
     pub max_num_batched_tokens: Option<u32>,
 }
 
 impl BatchingArgs {
-    /// The policy these flags describe, with the documented default for
+    /// The policy these flags describe on `device` (a `--device` value),
+    /// with that device's default ([`BatchingDefaults::for_device`]) for
     /// every knob not given; a knob of another policy is rejected by name.
-    pub fn to_config(&self) -> Result<BatchingConfig, ServerError> {
+    pub fn to_config(&self, device: &str) -> Result<BatchingConfig, ServerError> {
+        let defaults = BatchingDefaults::for_device(device);
         let kind = self.batching;
         let reject = |flag: &'static str, applies_to: &str| ServerError::Config {
             flag,
@@ -433,7 +484,7 @@ impl BatchingArgs {
                 return Err(reject("--max-num-batched-tokens", "continuous"));
             }
         }
-        let max_batch_size = self.max_batch_size.unwrap_or(DEFAULT_MAX_BATCH_SIZE);
+        let max_batch_size = self.max_batch_size.unwrap_or(defaults.max_batch_size);
         Ok(match kind {
             BatchingKind::Static => BatchingConfig::Static { max_batch_size },
             BatchingKind::Dynamic => BatchingConfig::Dynamic {
@@ -441,12 +492,12 @@ impl BatchingArgs {
                 max_wait: self.max_wait.unwrap_or(DEFAULT_MAX_WAIT),
             },
             BatchingKind::Continuous => {
-                let max_num_seqs = self.max_num_seqs.unwrap_or(DEFAULT_MAX_NUM_SEQS);
+                let max_num_seqs = self.max_num_seqs.unwrap_or(defaults.max_num_seqs);
                 BatchingConfig::Continuous {
                     max_num_seqs,
                     max_num_batched_tokens: self
                         .max_num_batched_tokens
-                        .unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS.max(max_num_seqs)),
+                        .unwrap_or(defaults.max_num_batched_tokens.max(max_num_seqs)),
                 }
             }
         })
@@ -565,7 +616,7 @@ pub struct ServerArgs {
 impl ServerArgs {
     /// The validated configuration these flags describe.
     pub fn into_config(self) -> Result<ServerConfig, ServerError> {
-        let batching = self.batching.to_config()?;
+        let batching = self.batching.to_config(self.engine.device())?;
         let max_body_bytes = usize::try_from(self.max_body.0).map_err(|_| ServerError::Config {
             flag: "--max-body",
             message: format!("{} is too large for this machine", self.max_body),
@@ -637,6 +688,50 @@ mod tests {
         let config = parse(&["--kv-memory", "64MiB", "--max-num-seqs", "4"]).unwrap();
         assert_eq!(config.kv_pool, KvPoolSize::Memory(ByteSize(64 << 20)));
         assert_eq!(config.batching.max_running(), 4);
+    }
+
+    #[test]
+    fn batching_defaults_follow_the_device() {
+        let on = |args: &[&str]| parse(args).unwrap().batching;
+        assert_eq!(
+            on(&[]),
+            BatchingConfig::Continuous {
+                max_num_seqs: 64,
+                max_num_batched_tokens: 512
+            }
+        );
+        for device in ["cuda", "cuda:1", " cuda:0"] {
+            assert_eq!(
+                on(&["--device", device]),
+                BatchingConfig::Continuous {
+                    max_num_seqs: 128,
+                    max_num_batched_tokens: 2048
+                },
+                "{device}"
+            );
+        }
+        assert_eq!(on(&["--batching", "static"]).max_running(), 32);
+        assert_eq!(
+            on(&["--device", "cuda:0", "--batching", "static"]).max_running(),
+            128
+        );
+        assert_eq!(
+            on(&["--device", "cuda:0", "--batching", "dynamic"]).max_running(),
+            128
+        );
+        // A flag given wins over the device's default; the token budget is
+        // raised to a sequence limit above it.
+        assert_eq!(
+            on(&["--device", "cuda:0", "--max-num-seqs", "16"]),
+            BatchingConfig::Continuous {
+                max_num_seqs: 16,
+                max_num_batched_tokens: 2048
+            }
+        );
+        assert_eq!(
+            on(&["--device", "cuda:0", "--max-num-seqs", "4096"]).max_step_tokens(),
+            Some(4096)
+        );
     }
 
     #[test]

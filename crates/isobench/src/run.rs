@@ -194,7 +194,7 @@ pub async fn start_target(
              apply to the embedded server only; without --target, or pass them to `isobench serve`"
         );
     }
-    let batching = batching.to_config()?;
+    let batching = batching.to_config(engine.device())?;
     Target::start(endpoint, |folder| embedded_config(folder, batching, engine)).await
 }
 

@@ -174,7 +174,9 @@ impl Target {
     }
 }
 
-/// The batching policy in words: `continuous batching (64 sequences)`.
+/// The batching policy in words, with every limit that the device's
+/// defaults may have set: `continuous batching (max 64 sequences, 512
+/// tokens a step)`.
 pub fn describe_batching(batching: &BatchingConfig) -> String {
     match *batching {
         BatchingConfig::Static { max_batch_size } => {
@@ -187,9 +189,12 @@ pub fn describe_batching(batching: &BatchingConfig) -> String {
             "dynamic batching (max batch {max_batch_size}, max wait {} ms)",
             max_wait.as_millis()
         ),
-        BatchingConfig::Continuous { max_num_seqs, .. } => {
-            format!("continuous batching (max {max_num_seqs} sequences)")
-        }
+        BatchingConfig::Continuous {
+            max_num_seqs,
+            max_num_batched_tokens,
+        } => format!(
+            "continuous batching (max {max_num_seqs} sequences, {max_num_batched_tokens} tokens a step)"
+        ),
     }
 }
 

@@ -344,7 +344,11 @@ async fn plan_one(
             kv_blocks: configuration.kv_blocks,
             ..EngineArgs::default()
         };
-        let config = embedded_config(&folder, configuration.batching().to_config()?, &engine);
+        let config = embedded_config(
+            &folder,
+            configuration.batching().to_config(engine.device())?,
+            &engine,
+        );
         Target::embedded(config, folder).await?
     };
     let searched = match Endpoint::connect(&args.endpoint, workload, &target).await {
