@@ -40,7 +40,7 @@ pub async fn run_closed(
 pub struct Served {
     pub connections: AtomicU64,
     pub answers: AtomicU64,
-    /// Requests read on a kept-alive connection and dropped unanswered.
+    /// Requests read and dropped unanswered.
     pub dropped: AtomicU64,
 }
 
@@ -78,6 +78,29 @@ pub async fn closing_server(close: Close) -> (String, Arc<Served>) {
                     stats.dropped.fetch_add(1, Ordering::Relaxed);
                 }
                 // Dropping the socket closes it.
+            });
+        }
+    });
+    (url, served)
+}
+
+/// A server that reads each request and closes its connection without a
+/// word: a fresh connection that fails after carrying its request. Counts
+/// the connections and, as `dropped`, the requests it read.
+pub async fn closing_after_request() -> (String, Arc<Served>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let served = Arc::new(Served::default());
+    let stats = Arc::clone(&served);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let stats = Arc::clone(&stats);
+            stats.connections.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                if read_request(&mut socket).await.is_some() {
+                    stats.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                // Dropping the socket closes it; nothing is left unread.
             });
         }
     });
