@@ -58,29 +58,26 @@ pub enum Close {
 /// then closes the connection without saying so (no `Connection: close`):
 /// llama.cpp's `llama-server` after a streamed answer.
 pub async fn closing_server(close: Close) -> (String, Arc<Served>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let served = Arc::new(Served::default());
     let stats = Arc::clone(&served);
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let stats = Arc::clone(&stats);
+    let url = serve_each(move |mut socket| {
+        let stats = Arc::clone(&stats);
+        async move {
             stats.connections.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(async move {
-                if read_request(&mut socket).await.is_none() {
-                    return;
-                }
-                let _ = socket.write_all(&streamed_answer()).await;
-                stats.answers.fetch_add(1, Ordering::Relaxed);
-                if let Close::OnNextRequest = close
-                    && read_request(&mut socket).await.is_some()
-                {
-                    stats.dropped.fetch_add(1, Ordering::Relaxed);
-                }
-                // Dropping the socket closes it.
-            });
+            if read_request(&mut socket).await.is_none() {
+                return;
+            }
+            let _ = socket.write_all(&streamed_answer()).await;
+            stats.answers.fetch_add(1, Ordering::Relaxed);
+            if let Close::OnNextRequest = close
+                && read_request(&mut socket).await.is_some()
+            {
+                stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            // Dropping the socket closes it.
         }
-    });
+    })
+    .await;
     (url, served)
 }
 
@@ -88,23 +85,37 @@ pub async fn closing_server(close: Close) -> (String, Arc<Served>) {
 /// word: a fresh connection that fails after carrying its request. Counts
 /// the connections and, as `dropped`, the requests it read.
 pub async fn closing_after_request() -> (String, Arc<Served>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let served = Arc::new(Served::default());
     let stats = Arc::clone(&served);
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let stats = Arc::clone(&stats);
+    let url = serve_each(move |mut socket| {
+        let stats = Arc::clone(&stats);
+        async move {
             stats.connections.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(async move {
-                if read_request(&mut socket).await.is_some() {
-                    stats.dropped.fetch_add(1, Ordering::Relaxed);
-                }
-                // Dropping the socket closes it; nothing is left unread.
-            });
+            if read_request(&mut socket).await.is_some() {
+                stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            // Dropping the socket closes it; nothing is left unread.
+        }
+    })
+    .await;
+    (url, served)
+}
+
+/// Listens on 127.0.0.1:0 and runs `handle` on each connection, in a task
+/// of its own; returns the server's URL.
+async fn serve_each<F, Fut>(handle: F) -> String
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(handle(socket));
         }
     });
-    (url, served)
+    url
 }
 
 /// A chunked SSE answer of three content events, usage and `[DONE]`, with
@@ -128,51 +139,42 @@ fn streamed_answer() -> Vec<u8> {
 /// A server that answers every request with `head` (status line and
 /// headers, without the blank line) and `body`, then closes.
 pub async fn canned(head: &'static str, body: Vec<u8>) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let body = Arc::new(body);
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let body = Arc::clone(&body);
-            tokio::spawn(async move {
-                if read_request(&mut socket).await.is_none() {
-                    return;
-                }
-                let head = format!(
-                    "{head}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = socket.write_all(head.as_bytes()).await;
-                let _ = socket.write_all(&body).await;
-                let _ = socket.shutdown().await;
-            });
+    serve_each(move |mut socket| {
+        let body = Arc::clone(&body);
+        async move {
+            if read_request(&mut socket).await.is_none() {
+                return;
+            }
+            let head = format!(
+                "{head}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.write_all(&body).await;
+            let _ = socket.shutdown().await;
         }
-    });
-    url
+    })
+    .await
 }
 
 /// A streaming server that sends `prefix` and then `size` bytes of `x`
 /// without ever ending the event, and keeps the connection open.
 pub async fn endless_event(prefix: &'static str, size: usize) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                if read_request(&mut socket).await.is_none() {
-                    return;
-                }
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
-                let _ = socket.write_all(head.as_bytes()).await;
-                let _ = socket.write_all(prefix.as_bytes()).await;
-                let _ = socket.write_all(&vec![b'x'; size]).await;
-                // Hold the connection until the client gives up on it.
-                let mut sink = [0u8; 64];
-                while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
-            });
+    serve_each(move |mut socket| async move {
+        if read_request(&mut socket).await.is_none() {
+            return;
         }
-    });
-    url
+        let head =
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+        let _ = socket.write_all(head.as_bytes()).await;
+        let _ = socket.write_all(prefix.as_bytes()).await;
+        let _ = socket.write_all(&vec![b'x'; size]).await;
+        // Hold the connection until the client gives up on it.
+        let mut sink = [0u8; 64];
+        while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await
 }
 
 /// Reads one request (head and a content-length body); `None` at the end
@@ -208,22 +210,16 @@ async fn read_request(socket: &mut TcpStream) -> Option<String> {
 /// the status line, or (`send_head`) only the head of a streamed answer.
 /// It holds the connection until the client closes it.
 pub async fn silent_server(send_head: bool) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                if read_request(&mut socket).await.is_none() {
-                    return;
-                }
-                if send_head {
-                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-                    let _ = socket.write_all(head.as_bytes()).await;
-                }
-                let mut sink = [0u8; 64];
-                while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
-            });
+    serve_each(move |mut socket| async move {
+        if read_request(&mut socket).await.is_none() {
+            return;
         }
-    });
-    url
+        if send_head {
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+            let _ = socket.write_all(head.as_bytes()).await;
+        }
+        let mut sink = [0u8; 64];
+        while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await
 }
