@@ -63,7 +63,7 @@ async fn a_server_closing_after_each_answer_loses_no_request() {
 /// that carried the request and then closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_connection_that_fails_is_not_retried() {
-    let (url, served) = closing_after_request().await;
+    let (url, served) = closing_server(Close::BeforeAnswer).await;
     let (outcome, lines) = run_closed(config(&url), 4, 1).await;
     assert_eq!(error_kinds(&lines), vec!["connect"; 4], "{lines:#?}");
     assert_eq!(outcome.counts().failed, 4);

@@ -69,8 +69,8 @@ mod stop;
 mod validate;
 
 pub use config::{
-    BatchingArgs, BatchingConfig, BatchingDefaults, BatchingKind, ByteSize, DTypeArg, EngineArgs,
-    KvPoolSize, ServerArgs, ServerConfig, Toggle,
+    BatchingArgs, BatchingConfig, BatchingKind, ByteSize, DTypeArg, EngineArgs, KvPoolSize,
+    ServerArgs, ServerConfig, Toggle,
 };
 pub use error::ServerError;
 pub use limits::ConnectionLimits;

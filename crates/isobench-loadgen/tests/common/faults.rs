@@ -44,9 +44,12 @@ pub struct Served {
     pub dropped: AtomicU64,
 }
 
-/// When the closing server closes a connection after its answer.
+/// When the closing server closes a connection.
 #[derive(Debug, Clone, Copy)]
 pub enum Close {
+    /// Once it has read the request, without a word: a fresh connection
+    /// that fails after carrying its request.
+    BeforeAnswer,
     /// Right after the answer's last byte.
     AfterAnswer,
     /// When the client sends its next request on the connection: the
@@ -56,7 +59,8 @@ pub enum Close {
 
 /// A server that streams a three-token completion for each request and
 /// then closes the connection without saying so (no `Connection: close`):
-/// llama.cpp's `llama-server` after a streamed answer.
+/// llama.cpp's `llama-server` after a streamed answer. With
+/// [`Close::BeforeAnswer`] it answers nothing.
 pub async fn closing_server(close: Close) -> (String, Arc<Served>) {
     let served = Arc::new(Served::default());
     let stats = Arc::clone(&served);
@@ -67,6 +71,11 @@ pub async fn closing_server(close: Close) -> (String, Arc<Served>) {
             if read_request(&mut socket).await.is_none() {
                 return;
             }
+            if let Close::BeforeAnswer = close {
+                // Nothing is left unread: dropping the socket closes it.
+                stats.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             let _ = socket.write_all(&streamed_answer()).await;
             stats.answers.fetch_add(1, Ordering::Relaxed);
             if let Close::OnNextRequest = close
@@ -75,26 +84,6 @@ pub async fn closing_server(close: Close) -> (String, Arc<Served>) {
                 stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
             // Dropping the socket closes it.
-        }
-    })
-    .await;
-    (url, served)
-}
-
-/// A server that reads each request and closes its connection without a
-/// word: a fresh connection that fails after carrying its request. Counts
-/// the connections and, as `dropped`, the requests it read.
-pub async fn closing_after_request() -> (String, Arc<Served>) {
-    let served = Arc::new(Served::default());
-    let stats = Arc::clone(&served);
-    let url = serve_each(move |mut socket| {
-        let stats = Arc::clone(&stats);
-        async move {
-            stats.connections.fetch_add(1, Ordering::Relaxed);
-            if read_request(&mut socket).await.is_some() {
-                stats.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-            // Dropping the socket closes it; nothing is left unread.
         }
     })
     .await;
