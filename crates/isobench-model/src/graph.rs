@@ -17,9 +17,16 @@
 //! - the step's inputs are laid out on the host, padded to the shape
 //!   ([`HostStep::padded`]: padded tokens write their K/V to
 //!   `PADDING_SLOT`, nowhere, and attend to slots of block 0), and uploaded
-//!   in one copy into a packed static buffer; the graph itself starts by
-//!   unpacking it into the input tensors, so a replay is one host-to-device
-//!   copy and one graph launch;
+//!   in one copy into a packed static buffer, block tables last and only
+//!   as wide as the step's longest; the graph itself starts by unpacking
+//!   the buffer into the input tensors. Block tables are as wide as the
+//!   model's context (8,192 blocks for 131,072 tokens), so they are not
+//!   unpacked in the graph but before it, by a copy kernel into the first
+//!   columns of the static tables (the other columns keep older steps'
+//!   blocks, which no kernel reads: a row reads only as far as its
+//!   context). So a replay is one host-to-device copy, one copy kernel
+//!   and one graph launch, and its upload grows with the step's longest
+//!   context, not with the model's;
 //! - the captured region is [`Network::run`] on the static tensors,
 //!   followed by a `slice_set` of its logits into the static buffer. Its
 //!   temporaries are allocated and freed inside the capture (stream-ordered
@@ -81,7 +88,8 @@ unsafe impl Send for ShapeGraph {}
 
 /// A shape's static tensors.
 struct Statics {
-    /// Every input of the step, packed in [`HostStep::fields`] order.
+    /// Every input of the step, packed in [`HostStep::fields`] order,
+    /// then the step's block tables (as wide as its longest).
     packed: Tensor,
     /// The step's tensors, filled from `packed` inside the graph.
     step: StepTensors,
@@ -132,7 +140,7 @@ impl GraphRunner {
             self.logits.clear();
             self.cache = Some(cache_id);
         }
-        let host = HostStep::padded(batch, limits.table_width, shape.rows, shape.tokens);
+        let host = HostStep::padded(batch, shape.rows, shape.tokens, limits.block_size);
         if !self.graphs.contains_key(&shape) {
             let logits = match self.logits.get(&shape.rows) {
                 Some(logits) => logits.clone(),
@@ -143,7 +151,7 @@ impl GraphRunner {
                     logits
                 }
             };
-            let state = match ShapeGraph::capture(net, &host, logits, cache) {
+            let state = match ShapeGraph::capture(net, &host, limits.table_width, logits, cache) {
                 Ok(graph) => Entry::Captured(Box::new(graph)),
                 Err(err) => {
                     tracing::warn!(
@@ -168,12 +176,14 @@ impl GraphRunner {
 }
 
 impl ShapeGraph {
-    /// Allocates the shape's static input tensors, uploads `host` (the
-    /// step that asked for the shape), runs it once eagerly and captures
-    /// it, writing its logits into `logits` ([rows, vocab], f32).
+    /// Allocates the shape's static input tensors (block tables
+    /// `table_width` wide), uploads `host` (the step that asked for the
+    /// shape), runs it once eagerly and captures it, writing its logits
+    /// into `logits` ([rows, vocab], f32).
     fn capture(
         net: &Network,
         host: &HostStep,
+        table_width: usize,
         logits: Tensor,
         cache: &KvCache,
     ) -> Result<Self, ModelError> {
@@ -185,7 +195,7 @@ impl ShapeGraph {
                 "the device has no stream-ordered allocator, which capturing candle's temporaries needs".into(),
             ));
         }
-        let statics = Statics::new(host, logits, device)?;
+        let statics = Statics::new(host, table_width, logits, device)?;
         let mut staging = Vec::new();
         statics.upload(host, &stream, &mut staging)?;
         // Small parameter uploads (shapes, strides) come from candle's cache
@@ -220,7 +230,12 @@ impl ShapeGraph {
 }
 
 impl Statics {
-    fn new(host: &HostStep, logits: Tensor, device: &Device) -> Result<Self, ModelError> {
+    fn new(
+        host: &HostStep,
+        table_width: usize,
+        logits: Tensor,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
         let (rows, tokens) = (host.context_lens.len(), host.input_ids.len());
         let mut ranges = Vec::new();
         let mut offset = 0;
@@ -230,12 +245,13 @@ impl Statics {
         }
         let zeros = |len: usize| Tensor::zeros(len, DType::U32, device);
         Ok(Self {
-            packed: zeros(offset)?,
+            // The fields, then room for block tables as wide as the graph's.
+            packed: zeros(offset + rows * table_width)?,
             step: StepTensors {
                 input_ids: zeros(tokens)?,
                 positions: zeros(tokens)?,
                 slot_mapping: zeros(tokens)?,
-                block_tables: Tensor::zeros((rows, host.width), DType::U32, device)?,
+                block_tables: Tensor::zeros((rows, table_width), DType::U32, device)?,
                 context_lens: zeros(rows)?,
                 query_starts: zeros(rows + 1)?,
                 last_token_rows: zeros(rows)?,
@@ -245,8 +261,10 @@ impl Statics {
         })
     }
 
-    /// Copies the host step into `packed` (one host-to-device copy, in
-    /// stream order before the next replay).
+    /// Copies the host step into `packed` (its fields, then its block
+    /// tables, `[rows, table_cols]`: one host-to-device copy), then the
+    /// tables into the first columns of `block_tables` (one copy kernel),
+    /// in stream order before the next replay.
     fn upload(
         &self,
         host: &HostStep,
@@ -257,27 +275,48 @@ impl Statics {
         for field in host.fields() {
             staging.extend_from_slice(field);
         }
-        let (storage, layout) = self.packed.storage_and_layout();
-        let Storage::Cuda(storage) = &*storage else {
-            return Err(ModelError::Cuda(
-                "graph inputs are not on a CUDA device".into(),
-            ));
+        let tables_offset = staging.len();
+        staging.extend_from_slice(&host.block_tables);
+        let [rows, width] = *self.step.block_tables.dims() else {
+            return Err(ModelError::Cuda("graph block tables are not 2D".into()));
         };
-        let slice = storage.as_cuda_slice::<u32>()?;
-        if staging.len() != slice.len() || layout.start_offset() != 0 {
+        let cols = host.table_cols;
+        let fields_len = self.packed.elem_count() - rows * width;
+        if tables_offset != fields_len || host.block_tables.len() != rows * cols || cols > width {
             return Err(ModelError::Cuda(format!(
-                "graph input buffer holds {} values, the step has {}",
-                slice.len(),
-                staging.len()
+                "graph inputs hold {fields_len} values and [{rows}, {width}] block tables; the step has {tables_offset} values and [{}, {cols}] tables",
+                host.block_tables.len() / cols.max(1)
             )));
         }
-        let (pointer, _sync) = slice.device_ptr(stream);
-        // SAFETY: `packed` is this shape's own buffer of exactly
-        // `staging.len()` u32s; only this stream reads it, after this copy
-        // in stream order. The host data is pageable, so the driver has
-        // staged it by the time the call returns.
-        unsafe { cudarc::driver::result::memcpy_htod_async(pointer, staging, stream.cu_stream()) }
-            .map_err(cuda_error)
+        {
+            let (storage, layout) = self.packed.storage_and_layout();
+            let Storage::Cuda(storage) = &*storage else {
+                return Err(ModelError::Cuda(
+                    "graph inputs are not on a CUDA device".into(),
+                ));
+            };
+            if layout.start_offset() != 0 {
+                return Err(ModelError::Cuda(
+                    "graph inputs do not start their buffer".into(),
+                ));
+            }
+            let (pointer, _sync) = storage.as_cuda_slice::<u32>()?.device_ptr(stream);
+            // SAFETY: `packed` is this shape's own buffer of at least
+            // `staging.len()` u32s (checked above: `cols <= width`); only
+            // this stream reads it, after this copy in stream order. The
+            // host data is pageable, so the driver has staged it by the
+            // time the call returns.
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(pointer, staging, stream.cu_stream())
+            }
+            .map_err(cuda_error)?;
+        }
+        let tables = self
+            .packed
+            .narrow(0, tables_offset, rows * cols)?
+            .reshape((rows, cols))?;
+        self.step.block_tables.slice_set(&tables, 1, 0)?;
+        Ok(())
     }
 
     /// The captured work: unpack the inputs, run the network, keep the
@@ -287,7 +326,6 @@ impl Statics {
             &self.step.input_ids,
             &self.step.positions,
             &self.step.slot_mapping,
-            &self.step.block_tables,
             &self.step.context_lens,
             &self.step.query_starts,
             &self.step.last_token_rows,

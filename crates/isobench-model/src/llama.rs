@@ -340,9 +340,7 @@ impl Llama {
         let logits = match &mut self.engine {
             Engine::Cpu(net) => {
                 crate::step::validate(batch, limits)?;
-                let width = batch.seqs.iter().map(|s| s.block_table.len()).max();
-                let host = HostStep::new(batch, width.unwrap_or(1), batch.seqs.len());
-                net.run(&host, cache)?
+                net.run(&HostStep::new(batch, batch.seqs.len()), cache)?
             }
             Engine::Candle(net) => {
                 let step = StepTensors::new(batch, limits, &self.device)?;
@@ -619,7 +617,8 @@ mod tests {
 
     /// Runs `host` on `cache`; the logits of its first `rows` rows.
     fn run(net: &Network, host: HostStep, cache: &KvCache, rows: usize) -> Vec<Vec<f32>> {
-        let step = StepTensors::upload(host, &Device::Cpu).unwrap();
+        let width = cache.max_blocks_per_seq();
+        let step = StepTensors::upload(host, width, &Device::Cpu).unwrap();
         let logits = net.run(&step, cache).unwrap().to_vec2::<f32>().unwrap();
         logits[..rows].to_vec()
     }
@@ -643,21 +642,20 @@ mod tests {
         let (net, cfg) = plain_network();
         let cache = || KvCache::new(&cfg, 16, BLOCK_SIZE, &Device::Cpu, DType::F32).unwrap();
         let (plain, padded) = (cache(), cache());
-        let width = plain.max_blocks_per_seq();
         // Sequence A prefills 5 tokens into blocks 3 and 1.
         let mut prefill = StepBatch::default();
         seq_step(&mut prefill, &[3, 1], 0, 5);
         for cache in [&plain, &padded] {
-            run(&net, HostStep::new(&prefill, width, 1), cache, 1);
+            run(&net, HostStep::new(&prefill, 1), cache, 1);
         }
         // Then A decodes its 6th token while B prefills 3 into block 5.
         let mut mixed = StepBatch::default();
         seq_step(&mut mixed, &[3, 1], 5, 1);
         seq_step(&mut mixed, &[5], 0, 3);
-        let want = run(&net, HostStep::new(&mixed, width, 2), &plain, 2);
+        let want = run(&net, HostStep::new(&mixed, 2), &plain, 2);
         // Padded to 4 rows and 11 tokens: one padded row of 1 token, the
         // last of 6, attending over block 0.
-        let host = HostStep::padded(&mixed, width, 4, 11);
+        let host = HostStep::padded(&mixed, 4, 11, BLOCK_SIZE);
         assert_eq!(host.query_starts, [0, 1, 4, 5, 11]);
         assert_eq!(host.context_lens, [6, 3, 1, 6]);
         assert_eq!(host.last_token_rows, [0, 3, 4, 10]);

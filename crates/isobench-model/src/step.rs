@@ -10,6 +10,12 @@
 //! step of batch `B` always has `T = B`, so every shape depends on `B`
 //! alone: nothing the kernels read changes shape between steps, which is
 //! what capturing decode steps into CUDA graphs needs.
+//!
+//! On the host a step's block tables are only as wide as its longest
+//! table (`C` columns, [`HostStep::table_cols`]): `W` follows the model's
+//! context length (8,192 blocks for a 131,072-token model), and a step's
+//! sequences use a few of them. Only those `C` columns travel to the
+//! device; the kernels read no entry past a sequence's context.
 
 use candle_core::{Device, Tensor};
 
@@ -44,19 +50,30 @@ impl StepTensors {
     ) -> Result<Self, ModelError> {
         validate(batch, limits)?;
         Self::upload(
-            HostStep::new(batch, limits.table_width, batch.seqs.len()),
+            HostStep::new(batch, batch.seqs.len()),
+            limits.table_width,
             device,
         )
     }
 
-    /// The tensors of a step laid out on the host.
-    pub(crate) fn upload(host: HostStep, device: &Device) -> Result<Self, ModelError> {
-        let (tokens, rows, width) = (host.input_ids.len(), host.context_lens.len(), host.width);
+    /// The tensors of a step laid out on the host, its block tables padded
+    /// with zeros on `device` to `table_width` columns.
+    pub(crate) fn upload(
+        host: HostStep,
+        table_width: usize,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
+        let (tokens, rows, cols) = (
+            host.input_ids.len(),
+            host.context_lens.len(),
+            host.table_cols,
+        );
+        let tables = Tensor::from_vec(host.block_tables, (rows, cols), device)?;
         Ok(Self {
             input_ids: Tensor::from_vec(host.input_ids, tokens, device)?,
             positions: Tensor::from_vec(host.positions, tokens, device)?,
             slot_mapping: Tensor::from_vec(host.slot_mapping, tokens, device)?,
-            block_tables: Tensor::from_vec(host.block_tables, (rows, width), device)?,
+            block_tables: tables.pad_with_zeros(1, 0, table_width.saturating_sub(cols))?,
             context_lens: Tensor::from_vec(host.context_lens, rows, device)?,
             query_starts: Tensor::from_vec(host.query_starts, rows + 1, device)?,
             last_token_rows: Tensor::from_vec(host.last_token_rows, rows, device)?,
@@ -75,9 +92,11 @@ pub(crate) struct HostStep {
     pub input_ids: Vec<u32>,
     pub positions: Vec<u32>,
     pub slot_mapping: Vec<u32>,
-    /// [rows, width], row-major.
+    /// [rows, table_cols], row-major.
     pub block_tables: Vec<u32>,
-    pub width: usize,
+    /// The longest block table of the step (at least 1): the tensors'
+    /// `W` columns past it are never read.
+    pub table_cols: usize,
     pub context_lens: Vec<u32>,
     pub query_starts: Vec<u32>,
     pub last_token_rows: Vec<u32>,
@@ -85,33 +104,44 @@ pub(crate) struct HostStep {
 
 impl HostStep {
     /// `batch` (already validated) padded to `rows` sequences (at least
-    /// its own number) of one token each, with block tables `width` wide:
-    /// the padding of a decode step's graph.
-    pub(crate) fn new(batch: &StepBatch, width: usize, rows: usize) -> Self {
+    /// its own number) of one token each: the padding of a decode step's
+    /// graph. (A padded row's one token reads one block, whatever its size.)
+    pub(crate) fn new(batch: &StepBatch, rows: usize) -> Self {
         let padding = rows.saturating_sub(batch.seqs.len());
-        Self::padded(batch, width, rows, batch.token_ids.len() + padding)
+        Self::padded(batch, rows, batch.token_ids.len() + padding, 1)
     }
 
     /// `batch` (already validated) padded to `rows` sequences and `tokens`
-    /// tokens, with block tables `width` wide. Every padded row brings one
-    /// token, but the last, which takes the tokens left over: it has them
-    /// all as context (its tokens attend causally over slots of block 0,
-    /// so its tokens must fit `width` blocks) and writes none of them.
-    /// Needs `tokens - batch tokens >= rows - batch rows`, and at least one
-    /// padded row when there are padded tokens
+    /// tokens, in a cache of `block_size`-token blocks. Every padded row
+    /// brings one token, but the last, which takes the tokens left over: it
+    /// has them all as context (its tokens attend causally over slots of
+    /// block 0: the tables are wide enough for it, its row all zeros, and
+    /// its tokens must fit a row of the device's tables) and writes none
+    /// of them. Needs `tokens - batch tokens >= rows - batch rows`, and at
+    /// least one padded row when there are padded tokens
     /// ([`crate::graph_shapes::GraphShapes`] chooses such shapes).
-    pub(crate) fn padded(batch: &StepBatch, width: usize, rows: usize, tokens: usize) -> Self {
+    pub(crate) fn padded(batch: &StepBatch, rows: usize, tokens: usize, block_size: usize) -> Self {
         let padded_rows = rows.saturating_sub(batch.seqs.len());
         let rows = batch.seqs.len() + padded_rows;
         let padded_tokens = tokens.saturating_sub(batch.token_ids.len());
         debug_assert!(padded_tokens >= padded_rows && (padded_rows > 0 || padded_tokens == 0));
         let tokens = batch.token_ids.len() + padded_tokens;
+        // The last padded row's context: the tokens the others leave.
+        let padded_context = (padded_tokens + 1).saturating_sub(padded_rows);
+        let table_cols = batch
+            .seqs
+            .iter()
+            .map(|seq| seq.block_table.len())
+            .max()
+            .unwrap_or(0)
+            .max(padded_context.div_ceil(block_size.max(1)))
+            .max(1);
         let mut host = Self {
             input_ids: Vec::with_capacity(tokens),
             positions: Vec::with_capacity(tokens),
             slot_mapping: Vec::with_capacity(tokens),
-            block_tables: vec![0u32; rows * width],
-            width,
+            block_tables: vec![0u32; rows * table_cols],
+            table_cols,
             context_lens: Vec::with_capacity(rows),
             query_starts: Vec::with_capacity(rows + 1),
             last_token_rows: Vec::with_capacity(rows),
@@ -127,7 +157,7 @@ impl HostStep {
         for (seq, row) in batch
             .seqs
             .iter()
-            .zip(host.block_tables.chunks_exact_mut(width))
+            .zip(host.block_tables.chunks_exact_mut(table_cols))
         {
             row[..seq.block_table.len()].copy_from_slice(&seq.block_table);
             host.context_lens.push(seq.context_len);
@@ -149,14 +179,14 @@ impl HostStep {
         host
     }
 
-    /// Every field, in the order of [`StepTensors`]' fields.
+    /// Every field but the block tables, in the order of [`StepTensors`]'
+    /// fields.
     #[cfg(feature = "cuda")]
-    pub(crate) fn fields(&self) -> [&[u32]; 7] {
+    pub(crate) fn fields(&self) -> [&[u32]; 6] {
         [
             &self.input_ids,
             &self.positions,
             &self.slot_mapping,
-            &self.block_tables,
             &self.context_lens,
             &self.query_starts,
             &self.last_token_rows,
@@ -297,19 +327,24 @@ mod tests {
         batch.positions = vec![5, 2];
         batch.slot_mapping = vec![5, 22];
         validate(&batch, LIMITS).unwrap();
-        let host = HostStep::new(&batch, 4, 4);
+        let host = HostStep::new(&batch, 4);
         assert_eq!(host.input_ids, [7, 1, 0, 0]);
         assert_eq!(host.positions, [5, 2, 0, 0]);
         assert_eq!(host.slot_mapping, [5, 22, PADDING_SLOT, PADDING_SLOT]);
         assert_eq!(host.context_lens, [6, 3, 1, 1]);
         assert_eq!(host.query_starts, [0, 1, 2, 3, 4]);
         assert_eq!(host.last_token_rows, [0, 1, 2, 3]);
-        assert_eq!(
-            host.block_tables,
-            [3, 1, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
-        );
+        // As wide as the longest table; padded rows read block 0.
+        assert_eq!(host.table_cols, 2);
+        assert_eq!(host.block_tables, [3, 1, 5, 0, 0, 0, 0, 0]);
         // Without padding it is exactly the batch.
-        assert_eq!(HostStep::new(&batch, 4, 2).slot_mapping, [5, 22]);
+        assert_eq!(HostStep::new(&batch, 2).slot_mapping, [5, 22]);
+        // Padded to 4 rows and 12 tokens: the last padded row has 9 tokens
+        // of context, 3 blocks of 4, all of them block 0.
+        let host = HostStep::padded(&batch, 4, 12, 4);
+        assert_eq!(host.context_lens, [6, 3, 1, 9]);
+        assert_eq!(host.table_cols, 3);
+        assert_eq!(host.block_tables, [3, 1, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]

@@ -205,7 +205,7 @@ fn geometry<'a>(s: &Shapes, host: &'a HostStep, cache: &KvCache) -> Result<Geome
     };
     Ok(Geometry {
         block_tables: &host.block_tables,
-        table_width: host.width,
+        table_width: host.table_cols,
         context_lens: &host.context_lens,
         query_starts: &host.query_starts,
         num_heads: s.heads,
