@@ -851,7 +851,7 @@ fn run() -> Result<bool> {
     let graph = graph_replay(&device, &mut random)?;
     let fused = fused_check(&device, &mut random)?;
     timing::<1024>(&device, &mut random, 4096 / 16, &[1, 8, 32, 64, 128])?;
-    // The table width of an 8B-shaped Llama 3 served on an H200: 131,072
+    // The table width of a Llama 3.1 8B served on an H200: 131,072
     // positions (the pool holds more blocks than that).
     timing::<512>(&device, &mut random, 131_072 / 16, &[1, 8, 64])?;
     prefill_timing(&device, &mut random, &[512, 2048, 8192])?;

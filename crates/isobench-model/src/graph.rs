@@ -285,7 +285,7 @@ impl Statics {
         if tables_offset != fields_len || host.block_tables.len() != rows * cols || cols > width {
             return Err(ModelError::Cuda(format!(
                 "graph inputs hold {fields_len} values and [{rows}, {width}] block tables; the step has {tables_offset} values and [{}, {cols}] tables",
-                host.block_tables.len() / cols.max(1)
+                host.block_tables.len() / cols
             )));
         }
         {
