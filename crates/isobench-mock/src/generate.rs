@@ -27,10 +27,10 @@ use isobench_api::answer::{AnswerWriter, Delta, Endpoint};
 use isobench_api::{ChatCompletionRequest, CompletionRequest, FinishReason, PromptInput, Usage};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::DEFAULT_OUTPUT_TOKENS;
 use crate::server::{ActiveGuard, MockState, Refusal, WrittenAnswer};
+use crate::slots::RunSlot;
 
 /// The text of one generated token.
 const TOKEN_TEXT: &str = " tok";
@@ -213,7 +213,7 @@ struct Answer {
     /// Holds the concurrency slot until the answer completes or is dropped.
     guard: Option<ActiveGuard>,
     /// Holds the running slot (`--max-running`) likewise.
-    run_slot: Option<OwnedSemaphorePermit>,
+    run_slot: Option<RunSlot>,
 }
 
 impl Answer {

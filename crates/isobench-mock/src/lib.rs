@@ -28,6 +28,7 @@ mod config;
 mod error;
 mod generate;
 mod server;
+mod slots;
 mod timer;
 
 pub use config::{API_KEY_ENV, DEFAULT_OUTPUT_TOKENS, MockConfig};

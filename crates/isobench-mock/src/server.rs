@@ -14,11 +14,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use isobench_api::{ErrorResponse, ModelCard, ModelList, unix_now};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Behaviour;
 use crate::generate::{chat_completions, completions};
+use crate::slots::{RunSlot, RunSlots, SlotCounts};
 use crate::timer::PreciseTimer;
 use crate::{MockConfig, MockError};
 
@@ -46,15 +47,11 @@ impl MockServer {
         let listener = listener.tap_io(|stream| {
             let _ = stream.set_nodelay(true);
         });
-        let running = behaviour
-            .config
-            .max_running
-            .map(|n| Arc::new(Semaphore::new(n)));
+        let running = behaviour.config.max_running.map(RunSlots::new);
         let state = Arc::new(MockState {
             behaviour,
             timer,
             running,
-            waiting: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
             served: AtomicU64::new(0),
             counters: Counters::default(),
@@ -211,10 +208,8 @@ pub struct WrittenAnswer {
 pub(crate) struct MockState {
     pub behaviour: Behaviour,
     pub timer: PreciseTimer,
-    /// The running slots of `--max-running` (first come, first served).
-    running: Option<Arc<Semaphore>>,
-    /// Answers waiting for a running slot.
-    waiting: AtomicUsize,
+    /// The running slots of `--max-running` and their queue.
+    running: Option<Arc<RunSlots>>,
     /// Answers in progress (waiting or running), for the concurrency limit.
     pub active: AtomicUsize,
     /// Requests taken so far: each one's draws are seeded by its number.
@@ -265,16 +260,17 @@ impl MockState {
 
     /// Waits for a running slot (at once without `--max-running`); the
     /// answer's timing starts when this returns.
-    pub async fn run_slot(&self) -> Option<OwnedSemaphorePermit> {
+    pub async fn run_slot(&self) -> Option<RunSlot> {
         let running = self.running.as_ref()?;
-        let waiting = self.waiting.fetch_add(1, Ordering::AcqRel) + 1;
-        self.counters.peak_waiting.fetch_max(
-            u64::try_from(waiting).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        let _leave_queue = LeaveQueue(&self.waiting);
-        // The semaphore is never closed.
-        Arc::clone(running).acquire_owned().await.ok()
+        let slot = running
+            .acquire(|waiting| {
+                self.counters.peak_waiting.fetch_max(
+                    u64::try_from(waiting).unwrap_or(u64::MAX),
+                    Ordering::Relaxed,
+                );
+            })
+            .await;
+        Some(slot)
     }
 
     /// Refuses (404) a model the mock does not serve.
@@ -352,25 +348,17 @@ impl Drop for ActiveGuard {
     }
 }
 
-/// Leaves the `--max-running` queue, also when the client goes away.
-struct LeaveQueue<'a>(&'a AtomicUsize);
-
-impl Drop for LeaveQueue<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// `GET /metrics`: the running and waiting answers under vLLM's names, so a
 /// scraper reads the mock as it would a vLLM server.
 async fn metrics(State(state): State<Arc<MockState>>) -> impl IntoResponse {
-    let waiting = state.waiting.load(Ordering::Acquire);
-    // Running answers are the slots held. (Active minus waiting read two
-    // counters that a request entering the queue changes one after the
-    // other, so it could count that request as running: 3 of 2 slots.)
-    let running = match (&state.running, state.behaviour.config.max_running) {
-        (Some(slots), Some(limit)) => limit.saturating_sub(slots.available_permits()),
-        _ => state.active.load(Ordering::Acquire),
+    // With `--max-running`, both counts are read under the slots' lock: a
+    // queue is never shown beside a free slot.
+    let SlotCounts { running, waiting } = match &state.running {
+        Some(slots) => slots.counts(),
+        None => SlotCounts {
+            running: state.active.load(Ordering::Acquire),
+            waiting: 0,
+        },
     };
     let model = &state.behaviour.config.models[0];
     let body = format!(
