@@ -77,6 +77,18 @@ impl KvCache {
         })
     }
 
+    /// Narrows the width of every step's block table to the blocks of
+    /// `tokens` (a server's `--max-model-len`), when that is narrower than
+    /// the model's context: no sequence grows longer, and a CUDA graph's
+    /// static tables and the decode attention's split follow this width.
+    /// Call it before warm-up and graph capture.
+    pub fn with_context_limit(mut self, tokens: usize) -> Self {
+        self.max_blocks_per_seq = self
+            .max_blocks_per_seq
+            .min(tokens.div_ceil(self.block_size).max(1));
+        self
+    }
+
     /// Bytes one block takes over all layers (keys and values), so a server
     /// can size the pool from a memory budget.
     pub fn bytes_per_block(config: &ModelConfig, block_size: usize, dtype: DType) -> usize {
@@ -97,7 +109,8 @@ impl KvCache {
     }
 
     /// The width every step's block table is padded to: enough blocks for
-    /// `max_position_embeddings` tokens (or the whole pool, if smaller), so
+    /// `max_position_embeddings` tokens (or the whole pool, or the limit of
+    /// [`Self::with_context_limit`], if smaller), so
     /// that a decode step's tensors have a shape that depends on its batch
     /// size only.
     pub fn max_blocks_per_seq(&self) -> usize {

@@ -20,7 +20,8 @@
 //!   in one copy into a packed static buffer, block tables last and only
 //!   as wide as the step's longest; the graph itself starts by unpacking
 //!   the buffer into the input tensors. Block tables are as wide as the
-//!   model's context (8,192 blocks for 131,072 tokens), so they are not
+//!   context ([`crate::KvCache::max_blocks_per_seq`]: 8,192 blocks for
+//!   131,072 tokens, unless a server's limit narrows it), so they are not
 //!   unpacked in the graph but before it, by a copy kernel into the first
 //!   columns of the static tables (the other columns keep older steps'
 //!   blocks, which no kernel reads: a row reads only as far as its

@@ -190,6 +190,14 @@ fn cache_sizes() {
     assert_eq!(cache.max_blocks_per_seq(), 10, "capped by the pool");
     let cache = KvCache::new(config, 1000, 16, &isobench_model::Device::Cpu, DType::F32).unwrap();
     assert_eq!(cache.max_blocks_per_seq(), 2048 / 16);
+    let cache = cache.with_context_limit(40);
+    assert_eq!(
+        cache.max_blocks_per_seq(),
+        3,
+        "40 tokens take 3 blocks of 16"
+    );
+    let cache = cache.with_context_limit(4096);
+    assert_eq!(cache.max_blocks_per_seq(), 3, "a limit never widens");
     assert_eq!(
         KvCache::new(config, 0, 16, &isobench_model::Device::Cpu, DType::F32)
             .unwrap_err()

@@ -100,7 +100,8 @@ impl Loaded {
             block_size,
             model.device(),
             model.dtype(),
-        )?;
+        )?
+        .with_context_limit(max_model_len as usize);
         let bytes_per_block = KvCache::bytes_per_block(model_config, block_size, model.dtype());
         tracing::info!(
             device = %config.device,

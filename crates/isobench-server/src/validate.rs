@@ -194,8 +194,8 @@ impl Validator {
             return Err(ServerError::invalid(
                 "prompt",
                 format!(
-                    "the prompt is {prompt_len} tokens; this model's context is {context} tokens, \
-                     so prompts must be shorter than that"
+                    "the prompt is {prompt_len} tokens; this server's context is {context} tokens \
+                     (--max-model-len, by default the model's), so prompts must be shorter than that"
                 ),
             ));
         }
@@ -218,7 +218,9 @@ impl Validator {
             )),
             Some(wanted) if wanted as u64 > room => {
                 let bound = if context <= self.pool_tokens {
-                    format!("the model's context of {context} tokens")
+                    format!(
+                        "the context of {context} tokens (--max-model-len, by default the model's)"
+                    )
                 } else {
                     format!(
                         "the KV-cache pool's {} tokens (--kv-blocks or --kv-memory)",

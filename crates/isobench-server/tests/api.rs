@@ -409,6 +409,52 @@ async fn request_that_could_never_fit_the_pool_gets_400() {
     server.shutdown().await;
 }
 
+/// `--max-model-len 48` (3 blocks of 16, where the model has 2,048
+/// tokens): a request that fills those 48 tokens exactly gets every token,
+/// the same text as on a server of the model's whole context; one token
+/// more is refused naming the flag; `/v1/models` reports 48.
+#[tokio::test]
+async fn max_model_len_bounds_requests_and_serves_them_whole() {
+    let full = start(|_| {}).await;
+    let limited = start(|c| c.max_model_len = Some(48)).await;
+    let models = json_body(
+        client()
+            .get(format!("{}/v1/models", limited.url()))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(models["data"][0]["max_model_len"], 48);
+    let probe = post_ok(&full, "/v1/completions", &greedy(&full, PROMPTS[2], 1)).await;
+    let prompt_tokens = probe["usage"]["prompt_tokens"].as_u64().unwrap() as u32;
+    assert!(prompt_tokens < 40, "{prompt_tokens}");
+    let fill = 48 - prompt_tokens;
+    let body = greedy(&limited, PROMPTS[2], fill);
+    let answer = post_ok(&limited, "/v1/completions", &body).await;
+    assert_eq!(answer["usage"]["completion_tokens"], fill);
+    let reference = post_ok(&full, "/v1/completions", &greedy(&full, PROMPTS[2], fill)).await;
+    assert_eq!(
+        answer["choices"][0]["text"],
+        reference["choices"][0]["text"]
+    );
+    let over = greedy(&limited, PROMPTS[2], fill + 1);
+    expect_error(
+        post(&limited, "/v1/completions", &over).await,
+        400,
+        "invalid_request_error",
+        &[
+            "max_tokens",
+            "48 tokens",
+            "--max-model-len",
+            &format!("at most {fill}"),
+        ],
+    )
+    .await;
+    full.shutdown().await;
+    limited.shutdown().await;
+}
+
 #[tokio::test]
 async fn full_waiting_queue_gets_429_with_retry_after() {
     // One running at a time and one waiting place.
