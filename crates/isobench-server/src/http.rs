@@ -37,7 +37,7 @@ use crate::engine::EngineHandle;
 use crate::error::ServerError;
 use crate::metrics::Metrics;
 use crate::respond::{self, Endpoint};
-use crate::validate::Validator;
+use crate::validate::{ValidRequest, Validator};
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -104,14 +104,12 @@ async fn completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let arrived = Instant::now();
-    let result = async {
-        let body = read_body(&state, &headers, body).await?;
-        let request: CompletionRequest = parse_body(&body, COMPLETION_FIELDS)?;
-        let valid = state.validator.completion(&request)?;
-        respond::generate(&state, Endpoint::Completions, valid, arrived).await
+    let request = IncomingRequest::<CompletionRequest> {
+        endpoint: Endpoint::Completions,
+        fields: COMPLETION_FIELDS,
+        validate: Validator::completion,
     };
-    result.await.unwrap_or_else(|error| refuse(&state, error))
+    request.answer(&state, &headers, body).await
 }
 
 async fn chat_completions(
@@ -119,14 +117,35 @@ async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let arrived = Instant::now();
-    let result = async {
-        let body = read_body(&state, &headers, body).await?;
-        let request: ChatCompletionRequest = parse_body(&body, CHAT_FIELDS)?;
-        let valid = state.validator.chat(&request)?;
-        respond::generate(&state, Endpoint::Chat, valid, arrived).await
+    let request = IncomingRequest::<ChatCompletionRequest> {
+        endpoint: Endpoint::Chat,
+        fields: CHAT_FIELDS,
+        validate: Validator::chat,
     };
-    result.await.unwrap_or_else(|error| refuse(&state, error))
+    request.answer(&state, &headers, body).await
+}
+
+/// How a generation endpoint reads its body of `T`: the fields to name
+/// when it fails to parse, and the validation into a [`ValidRequest`].
+struct IncomingRequest<T> {
+    endpoint: Endpoint,
+    fields: &'static [FieldCheck],
+    validate: fn(&Validator, &T) -> Result<ValidRequest, ServerError>,
+}
+
+impl<T: DeserializeOwned> IncomingRequest<T> {
+    /// Reads, parses and validates the body, submits it and answers from
+    /// the engine's events; a refused request gets its error, counted.
+    async fn answer(self, state: &AppState, headers: &HeaderMap, body: Body) -> Response {
+        let arrived = Instant::now();
+        let result = async {
+            let body = read_body(state, headers, body).await?;
+            let request: T = parse_body(&body, self.fields)?;
+            let valid = (self.validate)(&state.validator, &request)?;
+            respond::generate(state, self.endpoint, valid, arrived).await
+        };
+        result.await.unwrap_or_else(|error| refuse(state, error))
+    }
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
