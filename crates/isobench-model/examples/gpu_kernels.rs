@@ -9,7 +9,9 @@
 //!    for f16 and bf16. Block sizes 8/16/32, GQA ratios 1/4/8 (plus 7 and
 //!    16), head dims 64 and 128 (plus 16, 32 and 256), contexts 1 to 4097
 //!    in one decode batch and in one mixed prefill + decode batch, block
-//!    tables scrambled, and steps with prompts of 300 to 1,000 new tokens
+//!    tables scrambled and filled past each context with other rows'
+//!    blocks (a graph's stale columns), and steps with prompts of 300 to
+//!    1,000 new tokens
 //!    (bf16 and f16: the tensor-core kernel's tiles). Outputs are
 //!    poisoned with NaN first.
 //! 2. A decode step (write_kv + attention) captured in a CUDA graph and
@@ -101,8 +103,9 @@ struct Shape {
     head_dim: usize,
 }
 
-/// One step: per sequence (context length, new tokens); `padded` adds a
-/// padding row (context 1, zero block table, PADDING_SLOT).
+/// One step: per sequence (context length, new tokens), its table filled
+/// past the context with random valid blocks; `padded` adds a padding row
+/// (context 1, zero block table, PADDING_SLOT).
 struct Step {
     seqs: Vec<(usize, usize)>,
     padded: bool,
@@ -154,9 +157,11 @@ impl Inputs {
                     row[position / block_size] * block_size as u32 + (position % block_size) as u32,
                 );
             }
-            let mut padded_row = row;
-            padded_row.resize(width, 0);
-            tables.extend(padded_row);
+            // Past the context, valid blocks of other rows, as the
+            // stale columns of a graph's static tables hold: no kernel
+            // may read them.
+            let stale = (row.len()..width).map(|_| (random.next() % num_blocks as u64) as u32);
+            tables.extend(row.into_iter().chain(stale));
             lens.push(context as u32);
             starts.push(starts.last().unwrap() + new as u32);
         }
