@@ -1,7 +1,7 @@
 //! Server configuration: the validated [`ServerConfig`] the server runs
 //! with, and [`ServerArgs`], the raw command-line flags (clap derive, with
 //! `ISOBENCH_*` environment fallbacks) that turn into one. [`EngineArgs`]
-//! (device, dtype, CUDA graphs, KV pool size) and [`BatchingArgs`] (the
+//! (device, dtype, CUDA graphs, KV pool size, context limit) and [`BatchingArgs`] (the
 //! policy and its knobs) are the flags of the engine itself: `isobench
 //! serve` has them inside [`ServerArgs`], and `isobench run` flattens the
 //! same structs for its embedded server, so both commands share one
@@ -375,9 +375,9 @@ pub enum Toggle {
     Off,
 }
 
-/// The engine's flags: device, dtype, CUDA graphs and the KV pool size.
-/// [`ServerArgs`] flattens them for `isobench serve`, and `isobench run`
-/// for its embedded server.
+/// The engine's flags: device, dtype, CUDA graphs, the KV pool size and
+/// the context limit. [`ServerArgs`] flattens them for `isobench serve`,
+/// and `isobench run` for its embedded server.
 #[derive(Debug, Clone, Default, PartialEq, clap::Args)]
 pub struct EngineArgs {
     /// Device: cpu, cuda (the first GPU) or cuda:N [default: cpu]. CUDA needs
@@ -402,6 +402,11 @@ pub struct EngineArgs {
     /// on the CPU, --gpu-memory-fraction on CUDA].
     #[arg(long, value_name = "SIZE")]
     pub kv_memory: Option<ByteSize>,
+    /// Context limit of a sequence, prompt and output tokens, at most the
+    /// model's; it also narrows every step's block table [default: the
+    /// model's max_position_embeddings].
+    #[arg(long, value_name = "N")]
+    pub max_model_len: Option<u32>,
 }
 
 impl EngineArgs {
@@ -429,6 +434,9 @@ impl EngineArgs {
                 config.kv_pool = KvPoolSize::DeviceFraction(fraction);
             }
             (None, None, None) => {}
+        }
+        if self.max_model_len.is_some() {
+            config.max_model_len = self.max_model_len;
         }
     }
 }
@@ -598,9 +606,6 @@ pub struct ServerArgs {
     /// Requests waiting for admission before new ones get HTTP 429.
     #[arg(long, default_value_t = DEFAULT_MAX_WAITING)]
     pub max_waiting: usize,
-    /// Context length limit [default: the model's max_position_embeddings].
-    #[arg(long)]
-    pub max_model_len: Option<u32>,
     /// Environment variable holding the API key; when set, requests must send it as a bearer token.
     #[arg(long, default_value = DEFAULT_API_KEY_ENV)]
     pub api_key_env: String,
@@ -628,7 +633,6 @@ impl ServerArgs {
             batching,
             block_size: self.block_size,
             max_waiting: self.max_waiting,
-            max_model_len: self.max_model_len,
             api_key_env: self.api_key_env,
             max_body_bytes,
             limits: self.limits.into_limits(),

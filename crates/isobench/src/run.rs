@@ -40,7 +40,8 @@ pub struct RunArgs {
     pub batching: BatchingArgs,
 
     /// The embedded server's engine (used without --target): --device,
-    /// --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks, --kv-memory.
+    /// --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks,
+    /// --kv-memory, --max-model-len.
     #[command(flatten)]
     pub engine: EngineArgs,
 
@@ -190,8 +191,8 @@ pub async fn start_target(
     {
         bail!(
             "--batching, --max-batch-size, --max-wait, --max-num-seqs, --max-num-batched-tokens, \
-             --device, --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks and --kv-memory \
-             apply to the embedded server only; without --target, or pass them to `isobench serve`"
+             --device, --dtype, --cuda-graphs, --gpu-memory-fraction, --kv-blocks, --kv-memory and \
+             --max-model-len apply to the embedded server only; without --target, or pass them to `isobench serve`"
         );
     }
     let batching = batching.to_config(engine.device())?;

@@ -92,7 +92,11 @@ fn bad_engine_flags_name_the_flag_and_what_is_accepted() {
 
 #[test]
 fn engine_and_batching_flags_with_an_external_target_are_refused() {
-    for flags in [["--device", "cpu"], ["--max-num-seqs", "4"]] {
+    for flags in [
+        ["--device", "cpu"],
+        ["--max-num-seqs", "4"],
+        ["--max-model-len", "64"],
+    ] {
         let output = isobench()
             .args(["run", "workloads/quickstart.toml", "--quiet"])
             .args(["--target", "http://127.0.0.1:9"])
@@ -152,4 +156,47 @@ fn a_cpu_run_of_the_embedded_server_has_no_gpu_section() {
     assert_eq!(report.gpu, None);
     let json = std::fs::read_to_string(&report_path).unwrap();
     assert!(!json.contains("\"gpu\""), "{json}");
+}
+
+/// `--max-model-len` reaches `isobench run`'s embedded server: quickstart's
+/// requests (28-36 prompt tokens, a BOS, and 32 out) fit 72 tokens, none
+/// fits 40 (each is refused with 400 naming the flag, as the request log
+/// shows), and more than the model's 2,048 stops the run before it
+/// starts, naming the flag.
+#[test]
+fn max_model_len_reaches_the_embedded_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |limit: &str| {
+        let report_path = dir.path().join(format!("r-{limit}.json"));
+        let output = isobench()
+            .args(["run", "workloads/quickstart.toml", "--quiet"])
+            .args(["--server-model", "models/tiny-llama"])
+            .args(["--max-requests", "3", "--warmup", "0"])
+            .args(["--max-model-len", limit])
+            .args(["-o", report_path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        (output, report_path)
+    };
+    let (output, path) = run("72");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report = Report::read_json(&path).unwrap();
+    assert_eq!(report.summary.requests.completed, 3);
+    let (output, path) = run("40");
+    let report = Report::read_json(&path).unwrap();
+    assert_eq!(report.summary.requests.completed, 0, "{}", stderr(&output));
+    assert_eq!(report.summary.requests.failed, 3);
+    assert_eq!(report.summary.errors.get("http_400"), Some(&3));
+    let log = std::fs::read_to_string(path.with_extension("requests.jsonl")).unwrap();
+    assert_eq!(
+        log.matches("(--max-model-len, by default the model's)")
+            .count(),
+        3,
+        "{log}"
+    );
+    let (output, _) = run("4096");
+    assert!(!output.status.success());
+    for expected in ["--max-model-len", "got 4096", "at most 2048"] {
+        assert!(stderr(&output).contains(expected), "{}", stderr(&output));
+    }
 }
