@@ -11,9 +11,8 @@
 //!    in one decode batch and in one mixed prefill + decode batch, block
 //!    tables scrambled and filled past each context with other rows'
 //!    blocks (a graph's stale columns), and steps with prompts of 300 to
-//!    1,000 new tokens
-//!    (bf16 and f16: the tensor-core kernel's tiles). Outputs are
-//!    poisoned with NaN first.
+//!    1,000 new tokens (bf16 and f16: the tensor-core kernel's tiles).
+//!    Outputs are poisoned with NaN first.
 //! 2. A decode step (write_kv + attention) captured in a CUDA graph and
 //!    replayed with new inputs must equal the eager step.
 //! 3. The fused kernels of steps of several tokens (src/fused.rs) against

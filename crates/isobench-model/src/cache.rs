@@ -110,9 +110,8 @@ impl KvCache {
 
     /// The width every step's block table is padded to: enough blocks for
     /// `max_position_embeddings` tokens (or the whole pool, or the limit of
-    /// [`Self::with_context_limit`], if smaller), so
-    /// that a decode step's tensors have a shape that depends on its batch
-    /// size only.
+    /// [`Self::with_context_limit`], if smaller), so that a decode step's
+    /// tensors have a shape that depends on its batch size only.
     pub fn max_blocks_per_seq(&self) -> usize {
         self.max_blocks_per_seq
     }

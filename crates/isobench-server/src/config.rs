@@ -1,11 +1,11 @@
 //! Server configuration: the validated [`ServerConfig`] the server runs
 //! with, and [`ServerArgs`], the raw command-line flags (clap derive, with
 //! `ISOBENCH_*` environment fallbacks) that turn into one. [`EngineArgs`]
-//! (device, dtype, CUDA graphs, KV pool size, context limit) and [`BatchingArgs`] (the
-//! policy and its knobs) are the flags of the engine itself: `isobench
-//! serve` has them inside [`ServerArgs`], and `isobench run` flattens the
-//! same structs for its embedded server, so both commands share one
-//! definition and one set of defaults.
+//! (device, dtype, CUDA graphs, KV pool size, context limit) and
+//! [`BatchingArgs`] (the policy and its knobs) are the flags of the
+//! engine itself: `isobench serve` has them inside [`ServerArgs`], and
+//! `isobench run` flattens the same structs for its embedded server, so
+//! both commands share one definition and one set of defaults.
 //!
 //! Every knob has a documented default, so `ServerConfig::new(model_path)`
 //! is a complete configuration; [`ServerArgs::into_config`] rejects
