@@ -30,7 +30,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use isobench_api::{ChatCompletionRequest, CompletionRequest, ModelCard, ModelList};
+use isobench_api::{ModelCard, ModelList};
 use serde::de::DeserializeOwned;
 
 use crate::engine::EngineHandle;
@@ -104,12 +104,16 @@ async fn completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let request = IncomingRequest::<CompletionRequest> {
-        endpoint: Endpoint::Completions,
-        fields: COMPLETION_FIELDS,
-        validate: Validator::completion,
-    };
-    request.answer(&state, &headers, body).await
+    let (endpoint, validate) = (Endpoint::Completions, Validator::completion);
+    answer(
+        &state,
+        &headers,
+        body,
+        endpoint,
+        COMPLETION_FIELDS,
+        validate,
+    )
+    .await
 }
 
 async fn chat_completions(
@@ -117,35 +121,36 @@ async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let request = IncomingRequest::<ChatCompletionRequest> {
-        endpoint: Endpoint::Chat,
-        fields: CHAT_FIELDS,
-        validate: Validator::chat,
-    };
-    request.answer(&state, &headers, body).await
+    answer(
+        &state,
+        &headers,
+        body,
+        Endpoint::Chat,
+        CHAT_FIELDS,
+        Validator::chat,
+    )
+    .await
 }
 
-/// How a generation endpoint reads its body of `T`: the fields to name
-/// when it fails to parse, and the validation into a [`ValidRequest`].
-struct IncomingRequest<T> {
+/// Reads a body of `T` for `endpoint` (naming one of `fields` when it
+/// fails to parse), validates it, submits it and answers from the
+/// engine's events; a refused request gets its error, counted.
+async fn answer<T: DeserializeOwned>(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
     endpoint: Endpoint,
-    fields: &'static [FieldCheck],
+    fields: &[FieldCheck],
     validate: fn(&Validator, &T) -> Result<ValidRequest, ServerError>,
-}
-
-impl<T: DeserializeOwned> IncomingRequest<T> {
-    /// Reads, parses and validates the body, submits it and answers from
-    /// the engine's events; a refused request gets its error, counted.
-    async fn answer(self, state: &AppState, headers: &HeaderMap, body: Body) -> Response {
-        let arrived = Instant::now();
-        let result = async {
-            let body = read_body(state, headers, body).await?;
-            let request: T = parse_body(&body, self.fields)?;
-            let valid = (self.validate)(&state.validator, &request)?;
-            respond::generate(state, self.endpoint, valid, arrived).await
-        };
-        result.await.unwrap_or_else(|error| refuse(state, error))
-    }
+) -> Response {
+    let arrived = Instant::now();
+    let result = async {
+        let body = read_body(state, headers, body).await?;
+        let request: T = parse_body(&body, fields)?;
+        let valid = validate(&state.validator, &request)?;
+        respond::generate(state, endpoint, valid, arrived).await
+    };
+    result.await.unwrap_or_else(|error| refuse(state, error))
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {

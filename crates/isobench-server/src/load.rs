@@ -228,3 +228,32 @@ fn template_source(folder: &Path) -> String {
         folder.join("tokenizer_config.json").display().to_string()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny_llama(max_model_len: Option<u32>) -> Loaded {
+        let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/tiny-llama");
+        let mut config = ServerConfig::new(folder);
+        config.kv_pool = crate::KvPoolSize::Blocks(256);
+        config.max_model_len = max_model_len;
+        Loaded::load(&config).unwrap()
+    }
+
+    /// tiny-llama says 2,048 positions: 128 blocks of 16 a table, unless
+    /// `--max-model-len` narrows it (40 tokens: 3 blocks).
+    #[test]
+    fn max_model_len_narrows_the_block_tables() {
+        let full = tiny_llama(None);
+        assert_eq!(
+            (full.max_model_len, full.cache.max_blocks_per_seq()),
+            (2048, 128)
+        );
+        let limited = tiny_llama(Some(40));
+        assert_eq!(
+            (limited.max_model_len, limited.cache.max_blocks_per_seq()),
+            (40, 3)
+        );
+    }
+}
