@@ -19,9 +19,12 @@
 //!    candle's ops in f32 on the same rounded inputs, bf16/f16/f32, rows
 //!    of 64 to 14,336 values: `silu_mul` and the RMSNorm of `add_rms_norm`
 //!    within 1e-6 (f32) and 1e-2 relative error, its sum equal to
-//!    candle's add; and `silu_mul` as the model calls it, which must count
-//!    a fallback to candle's ops for transposed and unaligned tensors and
-//!    none for contiguous ones.
+//!    candle's add; `silu_mul` as the model calls it (gate and up the two
+//!    halves of each row), which must count a fallback to candle's ops for
+//!    a view of some columns and for unaligned tensors and none for
+//!    contiguous ones; and `rope_write_kv` (RoPE on the q/k/v product, k
+//!    and v into scrambled cache slots, padding rows writing nowhere)
+//!    against candle's rope and `write_kv`.
 //! 4. Timing: bf16 decode attention of a Llama-3-8B layer (32 heads, 8 KV
 //!    heads, head_dim 128, block size 16, table width for 4096 tokens) at
 //!    context 1024, batch 1/8/32/64/128, and with the table width a served
@@ -59,7 +62,7 @@ use candle_core::cuda_backend::cudarc::driver::sys::{
 };
 use candle_core::{DType, Device, Result, Tensor};
 use isobench_model::kernels_for_checks::{
-    add_rms_norm, paged_attention, silu_mul, silu_mul_counted, write_kv,
+    add_rms_norm, paged_attention, rope_write_kv, silu_mul, silu_mul_counted, write_kv,
 };
 use isobench_model::{Draw, greedy_tokens, sample_tokens};
 
@@ -600,8 +603,9 @@ fn fused_check(device: &Device, random: &mut Random) -> Result<bool> {
             let gate = random_tensor(device, random, shape, dtype, (6.0, 0.0))?;
             let up = random_tensor(device, random, shape, dtype, (2.0, 0.0))?;
             let want = (gate.to_dtype(DType::F32)?.silu()? * up.to_dtype(DType::F32)?)?;
+            let gate_up = Tensor::cat(&[&gate, &up], 1)?;
             poison(device, shape.0 * shape.1 * 4)?;
-            let got = silu_mul(&gate, &up)?;
+            let got = silu_mul(&gate_up)?;
             let silu_error = relative_error(&to_f32(&got)?, &to_f32(&want)?);
 
             let x = random_tensor(device, random, shape, dtype, (1.0, 0.0))?;
@@ -630,41 +634,107 @@ fn fused_check(device: &Device, random: &mut Random) -> Result<bool> {
         }
     }
     pass &= fused_fallback_check(device, random)?;
+    pass &= rope_write_kv_check(device, random)?;
     Ok(pass)
 }
 
 /// `silu_mul` as the model calls it: the kernel where it can take the
 /// tensors (no fallback counted, the result within one rounding of
-/// candle's ops in the dtype), candle's ops where they are transposed or
-/// start off a 16-byte boundary (one fallback counted, the result
-/// candle's).
+/// candle's ops in the dtype), candle's ops where they are a view of
+/// other columns or start off a 16-byte boundary (one fallback counted,
+/// the result candle's).
 fn fused_fallback_check(device: &Device, random: &mut Random) -> Result<bool> {
     let mut pass = true;
     for dtype in [DType::BF16, DType::F32] {
         let tolerance = if dtype == DType::F32 { 1e-6 } else { 1e-2 };
-        let shape = (64, 4096);
-        let gate = random_tensor(device, random, shape, dtype, (6.0, 0.0))?;
-        let up = random_tensor(device, random, shape, dtype, (2.0, 0.0))?;
-        // One value in, whole 16-byte vectors long.
-        let offset = |t: &Tensor| {
-            let per_vector = 16 / dtype.size_in_bytes();
-            t.flatten_all()?
-                .narrow(0, 1, shape.0 * shape.1 - per_vector)
-        };
+        let (rows, cols) = (64, 4096);
+        let per_vector = 16 / dtype.size_in_bytes();
+        let gate = random_tensor(device, random, (rows, cols), dtype, (6.0, 0.0))?;
+        let up = random_tensor(device, random, (rows, cols), dtype, (2.0, 0.0))?;
+        let extra = random_tensor(device, random, (rows, per_vector), dtype, (1.0, 0.0))?;
+        let gate_up = Tensor::cat(&[&gate, &up], 1)?;
+        let wider = Tensor::cat(&[&gate, &up, &extra], 1)?;
+        // One value in, the same shape, contiguous.
+        let offset = wider
+            .flatten_all()?
+            .narrow(0, 1, rows * 2 * cols)?
+            .reshape((rows, 2 * cols))?;
         let cases = [
-            ("contiguous", gate.clone(), up.clone(), 0),
-            ("transposed", gate.t()?, up.t()?, 1),
-            ("one value off alignment", offset(&gate)?, offset(&up)?, 1),
+            ("contiguous", gate_up, 0),
+            ("a view of some columns", wider.narrow(1, 0, 2 * cols)?, 1),
+            ("one value off alignment", offset, 1),
         ];
-        for (what, gate, up, want_fallbacks) in cases {
-            let want = (gate.silu()? * &up)?;
-            let (got, fallbacks) = silu_mul_counted(&gate, &up)?;
+        for (what, gate_up, want_fallbacks) in cases {
+            let want = (gate_up.narrow(1, 0, cols)?.silu()? * gate_up.narrow(1, cols, cols)?)?;
+            let (got, fallbacks) = silu_mul_counted(&gate_up)?;
             let error = relative_error(&to_f32(&got)?, &to_f32(&want)?);
             let ok = fallbacks == want_fallbacks && error < tolerance;
             pass &= ok;
             println!(
                 "{} fused fallback count {dtype:?} {what}: {fallbacks} counted (want {want_fallbacks}), rel. error to candle's ops {error:.2e} (limit {tolerance:.0e})",
                 if ok { "PASS" } else { "FAIL" },
+            );
+        }
+    }
+    Ok(pass)
+}
+
+/// `rope_write_kv`'s kernel against candle's ops and `write_kv` on the
+/// same inputs and caches: q and both caches within 1e-6 (f32) or 1e-2
+/// relative error, v's slots identical, padding slots writing nowhere, and
+/// no fallback counted. Shapes of the 1B and 8B layers and a small odd
+/// one, 1 to 200 tokens in scrambled slots, every fifth a padding row.
+fn rope_write_kv_check(device: &Device, random: &mut Random) -> Result<bool> {
+    const BLOCKS: usize = 32;
+    const BLOCK_SIZE: usize = 16;
+    let mut pass = true;
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
+        let tolerance = if dtype == DType::F32 { 1e-6 } else { 1e-2 };
+        for (tokens, heads, kv_heads, dim) in [(1, 32, 8, 64), (200, 32, 8, 128), (7, 6, 2, 16)] {
+            let width = (heads + 2 * kv_heads) * dim;
+            let qkv = random_tensor(device, random, (tokens, width), dtype, (2.0, 0.0))?;
+            let angles: Vec<f32> = random.values(tokens * dim / 2);
+            let table = |f: fn(f32) -> f32| -> Result<Tensor> {
+                let values: Vec<f32> = angles.iter().map(|a| f(a * 100.0)).collect();
+                Tensor::from_vec(values, (tokens, dim / 2), device)?.to_dtype(dtype)
+            };
+            let (cos, sin) = (table(f32::cos)?, table(f32::sin)?);
+            let order = random.permutation(BLOCKS * BLOCK_SIZE);
+            let slots: Vec<u32> = (0..tokens)
+                .map(|t| if t % 5 == 4 { PADDING_SLOT } else { order[t] })
+                .collect();
+            let slot_mapping = Tensor::new(slots.as_slice(), device)?;
+            let cache_shape = (BLOCKS, BLOCK_SIZE, kv_heads, dim);
+            // candle's ops and write_kv (fused false), or the kernel.
+            let run = |fused: bool| -> Result<(Tensor, Tensor, Tensor, usize)> {
+                let k = Tensor::zeros(cache_shape, dtype, device)?;
+                let v = Tensor::zeros(cache_shape, dtype, device)?;
+                poison(device, tokens * heads * dim * 4)?;
+                let (q, fallbacks) = rope_write_kv(
+                    &qkv,
+                    (&cos, &sin),
+                    (&k, &v),
+                    &slot_mapping,
+                    (heads, kv_heads, dim),
+                    fused,
+                )?;
+                Ok((q, k, v, fallbacks))
+            };
+            let (want_q, want_k, want_v, _) = run(false)?;
+            let (got_q, got_k, got_v, fallbacks) = run(true)?;
+            let q_error = relative_error(&to_f32(&got_q)?, &to_f32(&want_q)?);
+            let k_error = relative_error(&to_f32(&got_k)?, &to_f32(&want_k)?);
+            let v_equal = to_f32(&got_v)? == to_f32(&want_v)?;
+            let ok = fallbacks == 0
+                && got_q.dims() == want_q.dims()
+                && q_error < tolerance
+                && k_error < tolerance
+                && v_equal;
+            pass &= ok;
+            println!(
+                "{} rope_write_kv {dtype:?} {tokens} tokens, {heads}/{kv_heads} heads of {dim}: q rel. error {q_error:.2e}, k cache {k_error:.2e} (limit {tolerance:.0e}), v cache {}, {fallbacks} fallbacks",
+                if ok { "PASS" } else { "FAIL" },
+                if v_equal { "identical" } else { "DIFFERS" },
             );
         }
     }

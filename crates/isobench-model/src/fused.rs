@@ -1,24 +1,43 @@
-//! Two of candle's elementwise ops fused, for the steps of several tokens
-//! that run on candle's ops (single-token steps have kernels of their own,
-//! [`crate::decode`]): SwiGLU's `silu(gate) * up` in one kernel instead of
-//! two, and a residual add with the RMSNorm after it in one kernel that
-//! writes both the sum and its norm (kernels/fused.cu). An eager decode
-//! step of the 8B shape at batch 128 spent 0.54 ms in the SiLU and the
-//! product and 0.62 ms in the adds and norms, of 8.7 (`ncu`); with the
-//! fusions, four launches a layer fewer, graph-replayed decode steps at
-//! batch 8 to 128 take 4-6% less (docs/performance.md).
+//! Three fusions of candle's ops, for the steps of several tokens that run
+//! on candle's ops (single-token steps have kernels of their own,
+//! [`crate::decode`]), over the outputs of the merged projections (q, k
+//! and v in one matrix product, gate and up in another; src/llama.rs):
+//!
+//! - `silu_mul`: SwiGLU's `silu(gate) * up` in one kernel instead of two,
+//!   from the two halves of each row of the gate/up product;
+//! - `add_rms_norm`: a residual add with the RMSNorm after it in one
+//!   kernel that writes both the sum and its norm;
+//! - `rope_write_kv`: the q/k/v product split into its parts, RoPE on q
+//!   and k, and k and v written into their cache slots, in one kernel
+//!   instead of six (kernels/fused.cu).
+//!
+//! An eager decode step of the 8B shape at batch 128 spent 0.54 ms in the
+//! SiLU and the product, 0.62 ms in the adds and norms and 0.39 ms in RoPE
+//! and the cache writes, of 8.7 (`ncu`; docs/performance.md).
 //!
 //! On CUDA with this crate's kernels, in bf16, f16 or f32, they run the
 //! fused kernels; anywhere else (the CPU's candle path, `--plain`, other
-//! dtypes) candle's ops, as before. A call that has the kernels but whose
-//! tensors they cannot take (not contiguous, not 16-byte aligned, not
-//! whole vectors) runs candle's ops too and is counted
-//! ([`FusedOps::fallbacks`], a step's `StepStats::fused_fallbacks`), so
-//! that `step_bench --check` can tell the model takes the fused path.
+//! dtypes) candle's ops and paged_attention's `write_kv`, as
+//! before. A call that has the kernels but whose tensors they cannot take
+//! (not contiguous, not 16-byte aligned, not whole vectors) runs candle's
+//! ops too and is counted ([`FusedOps::fallbacks`], a step's
+//! `StepStats::fused_fallbacks`), so that `step_bench --check` can tell
+//! the model takes the fused path.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::{D, DType, Device, Result, Tensor};
+
+use crate::paged_attention::write_kv;
+use crate::rope::rotate;
+
+/// The heads of a merged q/k/v product: `[T, (heads + 2 kv_heads) * dim]`.
+#[derive(Clone, Copy)]
+pub(crate) struct QkvHeads {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub dim: usize,
+}
 
 /// The fused ops of one network: its RMSNorm epsilon, and on CUDA the
 /// kernels.
@@ -52,16 +71,50 @@ impl FusedOps {
         self.fallbacks.load(Ordering::Relaxed)
     }
 
-    /// `silu(gate) * up`, elementwise.
-    pub(crate) fn silu_mul(&self, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    /// `silu(gate) * up`, elementwise, where `gate_up` [.., 2n] holds gate
+    /// in the first n columns of each row and up in the last n.
+    pub(crate) fn silu_mul(&self, gate_up: &Tensor) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let Some(kernels) = &self.kernels {
-            match kernels.silu_mul(gate, up)? {
+            match kernels.silu_mul(gate_up)? {
                 Some(out) => return Ok(out),
                 None => self.count_fallback(),
             }
         }
-        gate.silu()? * up
+        let half = gate_up.dim(D::Minus1)? / 2;
+        gate_up.narrow(D::Minus1, 0, half)?.silu()? * gate_up.narrow(D::Minus1, half, half)?
+    }
+
+    /// Splits `qkv` [T, (heads + 2 kv_heads) * dim] into q, k and v,
+    /// rotates q and k by the step's `angles` (cos and sin, [T, dim / 2]),
+    /// writes k and v into `caches` at `slot_mapping` ([T], u32; padding
+    /// slots write nowhere) and returns q, [1, T, heads, dim].
+    pub(crate) fn rope_write_kv(
+        &self,
+        qkv: &Tensor,
+        angles: &(Tensor, Tensor),
+        caches: (&Tensor, &Tensor),
+        slot_mapping: &Tensor,
+        shape: QkvHeads,
+    ) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let Some(kernels) = &self.kernels {
+            match kernels.rope_write_kv(qkv, angles, caches, slot_mapping, shape)? {
+                Some(q) => return Ok(q),
+                None => self.count_fallback(),
+            }
+        }
+        let (tokens, dim) = (qkv.dim(0)?, shape.dim);
+        let part = |first_head: usize, count: usize| -> Result<Tensor> {
+            qkv.narrow(1, first_head * dim, count * dim)?
+                .contiguous()?
+                .reshape((1, tokens, count, dim))
+        };
+        let (heads, kv_heads) = (shape.heads, shape.kv_heads);
+        let (q, k) = rotate(&part(0, heads)?, &part(heads, kv_heads)?, angles)?;
+        write_kv(caches.0, &k, slot_mapping)?;
+        write_kv(caches.1, &part(heads + kv_heads, kv_heads)?, slot_mapping)?;
+        Ok(q)
     }
 
     /// `(x + residual, RMSNorm(x + residual) * weight)`, rows along the
@@ -107,8 +160,8 @@ pub mod checks {
         }
     }
 
-    pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
-        match kernels(gate)?.silu_mul(gate, up)? {
+    pub fn silu_mul(gate_up: &Tensor) -> Result<Tensor> {
+        match kernels(gate_up)?.silu_mul(gate_up)? {
             Some(out) => Ok(out),
             None => bail!("fused kernels: silu_mul cannot take these tensors"),
         }
@@ -129,10 +182,32 @@ pub mod checks {
     /// `silu(gate) * up` as the model runs it, through `FusedOps` (the
     /// fused kernel, or candle's ops where it cannot take the tensors),
     /// with the calls that fell back to candle's ops: 0 or 1.
-    pub fn silu_mul_counted(gate: &Tensor, up: &Tensor) -> Result<(Tensor, usize)> {
-        let ops = super::FusedOps::new(gate.device(), gate.dtype(), 1e-5, true)?;
-        let out = ops.silu_mul(gate, up)?;
+    pub fn silu_mul_counted(gate_up: &Tensor) -> Result<(Tensor, usize)> {
+        let ops = super::FusedOps::new(gate_up.device(), gate_up.dtype(), 1e-5, true)?;
+        let out = ops.silu_mul(gate_up)?;
         Ok((out, ops.fallbacks()))
+    }
+
+    /// `rope_write_kv` as the model runs it (`heads`, `kv_heads`, `dim`),
+    /// on the kernel with `fused` and on candle's ops and `write_kv`
+    /// without; with the calls that fell back to candle's ops.
+    pub fn rope_write_kv(
+        qkv: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        caches: (&Tensor, &Tensor),
+        slot_mapping: &Tensor,
+        (heads, kv_heads, dim): (usize, usize, usize),
+        fused: bool,
+    ) -> Result<(Tensor, usize)> {
+        let ops = super::FusedOps::new(qkv.device(), qkv.dtype(), 1e-5, fused)?;
+        let shape = super::QkvHeads {
+            heads,
+            kv_heads,
+            dim,
+        };
+        let angles = (cos.clone(), sin.clone());
+        let q = ops.rope_write_kv(qkv, &angles, caches, slot_mapping, shape)?;
+        Ok((q, ops.fallbacks()))
     }
 }
 
@@ -142,6 +217,7 @@ mod cuda {
     use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
     use candle_core::{DType, Result, Tensor};
 
+    use super::QkvHeads;
     use crate::kernels::{self, Launch, Source, device_ptr, dtype_name, empty};
 
     /// Threads per block (`THREADS` in kernels/fused.cu).
@@ -153,6 +229,7 @@ mod cuda {
         dtype: DType,
         silu_mul: kernels::Kernel,
         add_rms_norm: kernels::Kernel,
+        rope_write_kv: kernels::Kernel,
     }
 
     impl Kernels {
@@ -167,6 +244,7 @@ mod cuda {
                 dtype,
                 silu_mul: kernel("silu_mul")?,
                 add_rms_norm: kernel("add_rms_norm")?,
+                rope_write_kv: kernel("rope_write_kv")?,
             }))
         }
 
@@ -196,33 +274,121 @@ mod cuda {
             Ok(len.is_multiple_of(self.per_vector()).then_some(addresses))
         }
 
-        pub(super) fn silu_mul(&self, gate: &Tensor, up: &Tensor) -> Result<Option<Tensor>> {
-            let len = gate.elem_count();
-            if gate.shape() != up.shape() {
+        pub(super) fn silu_mul(&self, gate_up: &Tensor) -> Result<Option<Tensor>> {
+            let (cols, len) = (
+                gate_up.dims().last().copied().unwrap_or(0),
+                gate_up.elem_count(),
+            );
+            let half = cols / 2;
+            if !cols.is_multiple_of(2) || !half.is_multiple_of(self.per_vector()) {
                 return Ok(None);
             }
-            let Some([gate_address, up_address]) = self.addresses([gate, up], len)? else {
+            let Some([address]) = self.addresses([gate_up], len)? else {
                 return Ok(None);
             };
-            let device = gate.device().as_cuda_device()?;
-            let out = empty(device, self.dtype, (len, 1))?;
-            let vectors = len / self.per_vector();
-            let Ok(count) = u32::try_from(vectors) else {
+            let device = gate_up.device().as_cuda_device()?;
+            let out = empty(device, self.dtype, (len / 2, 1))?;
+            let vectors = len / 2 / self.per_vector();
+            let (Ok(count), Ok(half_vectors)) = (
+                u32::try_from(vectors),
+                u32::try_from(half / self.per_vector()),
+            ) else {
                 return Ok(None);
             };
             let blocks = vectors.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32;
-            // SAFETY: gate, up and out hold `vectors` aligned 16-byte
-            // vectors each (checked above); the kernel waits for its
-            // predecessor before it reads.
+            // SAFETY: gate_up holds rows of 2 * half_vectors aligned 16-byte
+            // vectors, out `vectors` of them, half a row each (checked
+            // above); the kernel waits for its predecessor before it reads.
             unsafe {
                 Launch::new(&self.silu_mul)
-                    .arg(&gate_address)
-                    .arg(&up_address)
+                    .arg(&address)
                     .arg(&device_ptr(&out)?)
                     .arg(&count)
+                    .arg(&half_vectors)
                     .run(config(blocks))?;
             }
-            out.reshape(gate.shape()).map(Some)
+            let mut dims = gate_up.dims().to_vec();
+            if let Some(last) = dims.last_mut() {
+                *last = half;
+            }
+            out.reshape(dims).map(Some)
+        }
+
+        /// See `FusedOps::rope_write_kv`; `None` where the kernel cannot
+        /// take the tensors (not contiguous, another dtype, shapes that do
+        /// not match).
+        pub(super) fn rope_write_kv(
+            &self,
+            qkv: &Tensor,
+            (cos, sin): &(Tensor, Tensor),
+            (key_cache, value_cache): (&Tensor, &Tensor),
+            slot_mapping: &Tensor,
+            shape: QkvHeads,
+        ) -> Result<Option<Tensor>> {
+            let QkvHeads {
+                heads,
+                kv_heads,
+                dim,
+            } = shape;
+            let tokens = qkv.dim(0)?;
+            let cache_dims = key_cache.dims();
+            let fits = qkv.dims() == [tokens, (heads + 2 * kv_heads) * dim]
+                && dim.is_multiple_of(2)
+                && cos.dims() == [tokens, dim / 2]
+                && sin.dims() == [tokens, dim / 2]
+                && slot_mapping.dims() == [tokens]
+                && slot_mapping.dtype() == DType::U32
+                && slot_mapping.is_contiguous()
+                && cache_dims.len() == 4
+                && cache_dims[2..] == [kv_heads, dim]
+                && value_cache.dims() == cache_dims;
+            let tensors = [qkv, cos, sin, key_cache, value_cache];
+            if !fits
+                || tensors
+                    .iter()
+                    .any(|t| t.dtype() != self.dtype || !t.is_contiguous())
+            {
+                return Ok(None);
+            }
+            let pairs = tokens * (heads + 2 * kv_heads) * dim / 2;
+            let args = [tokens, heads, kv_heads, dim, cache_dims[0] * cache_dims[1]]
+                .map(|value| u32::try_from(value).ok());
+            let [
+                Some(tokens),
+                Some(heads_arg),
+                Some(kv_heads),
+                Some(dim_arg),
+                Some(slots),
+            ] = args
+            else {
+                return Ok(None);
+            };
+            let device = qkv.device().as_cuda_device()?;
+            let q = empty(device, self.dtype, (tokens as usize * heads, dim))?;
+            let blocks = pairs.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32;
+            // SAFETY: qkv holds `tokens` rows of (heads + 2 kv_heads) * dim
+            // values, cos and sin `tokens` rows of dim / 2, slot_mapping
+            // `tokens` slots, q `tokens * heads` rows of dim, each cache
+            // `slots` rows of kv_heads * dim (checked above); the kernel
+            // skips slots past the cache and waits for its predecessor
+            // before it reads or writes.
+            unsafe {
+                Launch::new(&self.rope_write_kv)
+                    .arg(&device_ptr(qkv)?)
+                    .arg(&device_ptr(cos)?)
+                    .arg(&device_ptr(sin)?)
+                    .arg(&device_ptr(slot_mapping)?)
+                    .arg(&device_ptr(&q)?)
+                    .arg(&device_ptr(key_cache)?)
+                    .arg(&device_ptr(value_cache)?)
+                    .arg(&tokens)
+                    .arg(&heads_arg)
+                    .arg(&kv_heads)
+                    .arg(&dim_arg)
+                    .arg(&slots)
+                    .run(config(blocks))?;
+            }
+            q.reshape((1, tokens as usize, heads, dim)).map(Some)
         }
 
         pub(super) fn add_rms_norm(

@@ -9,23 +9,25 @@
 //! [`ModelConfig`] describes.
 //!
 //! A step runs all its new tokens, of every sequence, through each layer
-//! together: one matmul per projection over `[T, hidden]`, then paged
-//! attention per token. Only the last new token of each sequence goes
-//! through the final norm and the LM head. The same network is built in
-//! two forms: candle's ops (`Network`: the GPU, and the CPU's plain path)
-//! and the CPU step of [`crate::cpu`] (`CpuNetwork`, q/k/v and gate/up
-//! fused), from the same checkpoint names. On CUDA, `Network` hands
-//! single-token steps to the kernels of `crate::decode`, over its own
-//! tensors, and runs SwiGLU's product and each residual add with the
-//! norm after it as one kernel in the other steps (`crate::fused`).
+//! together: one matmul per projection over `[T, hidden]` (q, k and v
+//! stacked into one, gate and up into another), then paged attention per
+//! token. Only the last new token of each sequence goes through the final
+//! norm and the LM head. The same network is built in two forms: candle's
+//! ops (`Network`: the GPU, and the CPU's plain path) and the CPU step of
+//! [`crate::cpu`] (`CpuNetwork`, q/k/v and gate/up fused), from the same
+//! checkpoint names. On CUDA, `Network` hands single-token steps to the
+//! kernels of `crate::decode`, over views of its own tensors, and in the
+//! other steps runs RoPE with the K/V cache writes, SwiGLU's product and
+//! each residual add with the norm after it as one kernel each
+//! (`crate::fused`).
 
-use candle_core::{DType, Device, Module, Result, Tensor};
+use candle_core::{DType, Device, Module, Result, Shape, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm};
 
 use crate::cpu::{CpuLayer, CpuNetwork, Isa, Matrix, Projection, Shapes};
-use crate::fused::FusedOps;
-use crate::paged_attention::{paged_attention, write_kv};
-use crate::rope::{RotaryEmbedding, rotate};
+use crate::fused::{FusedOps, QkvHeads};
+use crate::paged_attention::paged_attention;
+use crate::rope::RotaryEmbedding;
 use crate::seeded::Init;
 use crate::step::{HostStep, StepLimits, StepTensors};
 use crate::timer::StepTimer;
@@ -63,13 +65,47 @@ fn gemm_layout(weight: Tensor) -> Result<Tensor> {
     }
 }
 
+/// Projections that read the same input, as one: their weights `parts`
+/// (name, outputs) stacked into one [sum of outputs, in] matrix, so a step
+/// runs them as one matrix product, whose columns are the parts' outputs
+/// in order. [`rows`] gives back one part.
+fn stacked_linear(
+    in_dim: usize,
+    parts: &[(&str, usize)],
+    bias: bool,
+    w: &Weights<'_>,
+) -> std::result::Result<Linear, ModelError> {
+    let shapes = |shape: &dyn Fn(usize) -> Shape| -> Vec<(&str, Shape)> {
+        parts
+            .iter()
+            .map(|&(name, out)| (name, shape(out)))
+            .collect()
+    };
+    let weight = w.stacked(&shapes(&|out| (out, in_dim).into()), "weight", Init::Normal)?;
+    let bias = bias
+        .then(|| w.stacked(&shapes(&|out| out.into()), "bias", Init::Zeros))
+        .transpose()?;
+    Ok(Linear::new(gemm_layout(weight)?, bias))
+}
+
+/// Outputs `start..start + len` of a projection: its weight's rows (and
+/// bias) in the checkpoint's layout, the GPU's (see [`gemm_layout`]).
+#[cfg(feature = "cuda")]
+fn rows(linear: &Linear, start: usize, len: usize) -> Result<Linear> {
+    let bias = linear
+        .bias()
+        .map(|bias| bias.narrow(0, start, len))
+        .transpose()?;
+    Ok(Linear::new(linear.weight().narrow(0, start, len)?, bias))
+}
+
 fn rms_norm(size: usize, eps: f64, w: &Weights<'_>) -> std::result::Result<RmsNorm, ModelError> {
     Ok(RmsNorm::new(w.get(size, "weight", Init::Ones)?, eps))
 }
 
 struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
+    /// gate_proj and up_proj stacked: [T, 2 * intermediate] out.
+    gate_up_proj: Linear,
     down_proj: Linear,
 }
 
@@ -77,16 +113,14 @@ impl Mlp {
     fn new(cfg: &ModelConfig, w: &Weights<'_>) -> std::result::Result<Self, ModelError> {
         let (h, i, bias) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
         Ok(Self {
-            gate_proj: linear(h, i, bias, &w.pp("gate_proj"))?,
-            up_proj: linear(h, i, bias, &w.pp("up_proj"))?,
+            gate_up_proj: stacked_linear(h, &[("gate_proj", i), ("up_proj", i)], bias, w)?,
             down_proj: linear(i, h, bias, &w.pp("down_proj"))?,
         })
     }
 
     fn forward(&self, xs: &Tensor, fused: &FusedOps) -> Result<Tensor> {
-        let gate = xs.apply(&self.gate_proj)?;
-        let up = xs.apply(&self.up_proj)?;
-        fused.silu_mul(&gate, &up)?.apply(&self.down_proj)
+        let gate_up = xs.apply(&self.gate_up_proj)?;
+        fused.silu_mul(&gate_up)?.apply(&self.down_proj)
     }
 }
 
@@ -99,13 +133,10 @@ struct StepContext<'a> {
 }
 
 struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    /// q_proj, k_proj and v_proj stacked: [T, (heads + 2 kv_heads) * head_dim] out.
+    qkv_proj: Linear,
     o_proj: Linear,
-    num_heads: usize,
-    num_kv_heads: usize,
-    head_dim: usize,
+    heads: QkvHeads,
 }
 
 impl Attention {
@@ -113,14 +144,15 @@ impl Attention {
         let h = cfg.hidden_size;
         let q_dim = cfg.num_attention_heads * cfg.head_dim;
         let kv_dim = cfg.num_key_value_heads * cfg.head_dim;
+        let parts = [("q_proj", q_dim), ("k_proj", kv_dim), ("v_proj", kv_dim)];
         Ok(Self {
-            q_proj: linear(h, q_dim, cfg.qkv_bias, &w.pp("q_proj"))?,
-            k_proj: linear(h, kv_dim, cfg.qkv_bias, &w.pp("k_proj"))?,
-            v_proj: linear(h, kv_dim, cfg.qkv_bias, &w.pp("v_proj"))?,
+            qkv_proj: stacked_linear(h, &parts, cfg.qkv_bias, w)?,
             o_proj: linear(q_dim, h, cfg.o_proj_bias, &w.pp("o_proj"))?,
-            num_heads: cfg.num_attention_heads,
-            num_kv_heads: cfg.num_key_value_heads,
-            head_dim: cfg.head_dim,
+            heads: QkvHeads {
+                heads: cfg.num_attention_heads,
+                kv_heads: cfg.num_key_value_heads,
+                dim: cfg.head_dim,
+            },
         })
     }
 
@@ -132,18 +164,16 @@ impl Attention {
         ctx: &StepContext<'_>,
         (key_cache, value_cache): (&Tensor, &Tensor),
     ) -> Result<Tensor> {
-        let tokens = xs.dim(0)?;
-        let q = xs
-            .apply(&self.q_proj)?
-            .reshape((1, tokens, self.num_heads, self.head_dim))?;
-        let k = xs
-            .apply(&self.k_proj)?
-            .reshape((1, tokens, self.num_kv_heads, self.head_dim))?;
-        let v = xs.apply(&self.v_proj)?;
-        let (q, k) = rotate(&q, &k, &ctx.angles)?;
-        write_kv(key_cache, &k, &ctx.step.slot_mapping)?;
-        write_kv(value_cache, &v, &ctx.step.slot_mapping)?;
-        paged_attention(&q, key_cache, value_cache, ctx.step, self.num_heads)?.apply(&self.o_proj)
+        let qkv = xs.apply(&self.qkv_proj)?;
+        let caches = (key_cache, value_cache);
+        let q = ctx.fused.rope_write_kv(
+            &qkv,
+            &ctx.angles,
+            caches,
+            &ctx.step.slot_mapping,
+            self.heads,
+        )?;
+        paged_attention(&q, key_cache, value_cache, ctx.step, self.heads.heads)?.apply(&self.o_proj)
     }
 }
 
@@ -388,48 +418,55 @@ fn candle_network(
     };
     #[cfg(feature = "cuda")]
     let network = Network {
-        single_token: (own_kernels && w.device().is_cuda())
-            .then(|| single_token(&network, cfg))
-            .flatten(),
+        single_token: if own_kernels && w.device().is_cuda() {
+            single_token(&network, cfg)?
+        } else {
+            None
+        },
         ..network
     };
     Ok(network)
 }
 
-/// The network's tensors as the single-token kernels see them.
+/// The network's tensors as the single-token kernels see them: the
+/// stacked projections' parts as views of their rows.
 #[cfg(feature = "cuda")]
-fn single_token(net: &Network, cfg: &ModelConfig) -> Option<crate::decode::SingleToken> {
+fn single_token(net: &Network, cfg: &ModelConfig) -> Result<Option<crate::decode::SingleToken>> {
     use crate::decode::{Dims, LayerWeights, Projection, SingleToken};
+    let q_dim = cfg.num_attention_heads * cfg.head_dim;
+    let kv_dim = cfg.num_key_value_heads * cfg.head_dim;
+    let i = cfg.intermediate_size;
     let layers = net
         .layers
         .iter()
         .map(|layer| {
             let (attn, mlp) = (&layer.self_attn, &layer.mlp);
-            LayerWeights {
+            let part = |linear, start, len| rows(linear, start, len).map(|p| Projection::of(&p));
+            Ok(LayerWeights {
                 input_norm: layer.input_layernorm.weight().clone(),
-                q: Projection::of(&attn.q_proj),
-                k: Projection::of(&attn.k_proj),
-                v: Projection::of(&attn.v_proj),
+                q: part(&attn.qkv_proj, 0, q_dim)?,
+                k: part(&attn.qkv_proj, q_dim, kv_dim)?,
+                v: part(&attn.qkv_proj, q_dim + kv_dim, kv_dim)?,
                 o: Projection::of(&attn.o_proj),
                 post_attention_norm: layer.post_attention_layernorm.weight().clone(),
-                gate: Projection::of(&mlp.gate_proj),
-                up: Projection::of(&mlp.up_proj),
+                gate: part(&mlp.gate_up_proj, 0, i)?,
+                up: part(&mlp.gate_up_proj, i, i)?,
                 down: Projection::of(&mlp.down_proj),
-            }
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     let dims = Dims {
         heads: cfg.num_attention_heads,
         kv_heads: cfg.num_key_value_heads,
         head_dim: cfg.head_dim,
         eps: cfg.rms_norm_eps as f32,
     };
-    SingleToken::new(
+    Ok(SingleToken::new(
         layers,
         (net.norm.weight().clone(), Projection::of(&net.lm_head)),
         net.rotary.tables(),
         dims,
-    )
+    ))
 }
 
 /// A projection's weight and optional bias for the CPU step.

@@ -111,7 +111,9 @@ impl SafetensorsFiles {
 /// with [`crate::load_model_cached`] and one cache, and a tensor asked for
 /// again in the same dtype on the same device is the one loaded first
 /// (candle tensors share their storage), not read or generated again.
-/// Models that share tensors never write to them. The cache holds every
+/// Models that share tensors never write to them. (Projections a model
+/// runs as one matrix product, `Weights::stacked`, are stacked per model
+/// from the shared parts.) The cache holds every
 /// tensor it was given until it is dropped, and serves the first folder
 /// it loads from only: another folder is an error.
 #[derive(Default)]
@@ -298,6 +300,24 @@ impl<'a> Weights<'a> {
             }
             None => self.load(shape, full_name, init),
         }
+    }
+
+    /// Tensors `name` of the views `parts` (each with its shape), stacked
+    /// along their first dim into one: the weights (or biases) of
+    /// projections that read the same input, run as one matrix product (q,
+    /// k and v; gate and up). The parts come through the cache, if any;
+    /// the stacked tensor is the caller's own.
+    pub(crate) fn stacked(
+        &self,
+        parts: &[(&str, Shape)],
+        name: &str,
+        init: Init,
+    ) -> Result<Tensor, ModelError> {
+        let tensors = parts
+            .iter()
+            .map(|(part, shape)| self.pp(part).get(shape.clone(), name, init))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Tensor::cat(&tensors, 0)?)
     }
 
     /// Tensor `full_name` from the source.
