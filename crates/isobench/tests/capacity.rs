@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{isobench, loopback_mock, stderr};
+use common::{isobench, loopback_mock, stderr, write_file};
 use isobench_mock::{MockConfig, MockHandle};
 use isobench_report::{PlanResult, Report};
 
@@ -33,12 +33,6 @@ async fn queueing_mock(running: usize, service_ms: u32) -> MockHandle {
     .await
 }
 
-fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    path
-}
-
 const CONSTANT: &str = r#"
 name = "capacity-test"
 [request]
@@ -60,7 +54,7 @@ async fn plan_finds_the_known_capacity_of_a_queueing_mock() {
     let _alone = one_at_a_time().await;
     let mock = queueing_mock(4, 200).await;
     let dir = tempfile::tempdir().unwrap();
-    let workload = write(dir.path(), "w.toml", CONSTANT);
+    let workload = write_file(dir.path(), "w.toml", CONSTANT);
     let out = dir.path().join("plan");
     let output = isobench()
         .args([
@@ -136,7 +130,7 @@ async fn an_auto_sweep_finds_the_synchronous_rate_and_the_saturation_throughput(
     let _alone = one_at_a_time().await;
     let mock = queueing_mock(2, 100).await;
     let dir = tempfile::tempdir().unwrap();
-    let workload = write(dir.path(), "w.toml", CONSTANT);
+    let workload = write_file(dir.path(), "w.toml", CONSTANT);
     let out = dir.path().join("sweep");
     let output = isobench()
         .args([
@@ -223,7 +217,7 @@ async fn run_with(dir: &Path, name: &str, ttft: &str, seed: u64) -> PathBuf {
         ..MockConfig::default()
     })
     .await;
-    let workload = write(dir, "closed.toml", CLOSED);
+    let workload = write_file(dir, "closed.toml", CLOSED);
     let path = dir.join(format!("{name}.json"));
     let output = isobench()
         .args([

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Reaped, isobench, loopback_mock, repo_root, stderr};
+use common::{Reaped, isobench, loopback_mock, repo_root, stderr, write_file};
 use isobench_mock::{MockConfig, MockHandle};
 use isobench_report::Report;
 
@@ -24,9 +24,7 @@ async fn mock() -> MockHandle {
 }
 
 fn write_workload(dir: &Path, body: &str) -> PathBuf {
-    let path = dir.join("w.toml");
-    std::fs::write(&path, body).unwrap();
-    path
+    write_file(dir, "w.toml", body)
 }
 
 const SMALL: &str = r#"

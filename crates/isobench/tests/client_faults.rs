@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{isobench, loopback_mock, stderr};
+use common::{isobench, loopback_mock, stderr, write_file};
 use isobench_mock::{MockConfig, MockHandle};
 use isobench_report::Report;
 
@@ -24,13 +24,11 @@ async fn mock(error_rate: f64) -> MockHandle {
 }
 
 fn workload(dir: &Path, requests: u32) -> PathBuf {
-    let path = dir.join("w.toml");
     let body = format!(
         "name = \"faults\"\n[request]\ninput_tokens = 4\noutput_tokens = 2\n\
          [load]\narrival = \"closed\"\nconcurrency = 2\nmax_requests = {requests}\n"
     );
-    std::fs::write(&path, body).unwrap();
-    path
+    write_file(dir, "w.toml", &body)
 }
 
 /// `isobench run` of `requests` requests against `url` with `extra` flags.

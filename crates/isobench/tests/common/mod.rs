@@ -1,6 +1,7 @@
 //! Helpers shared by the binary's end-to-end tests: the `isobench` command
-//! run from the repository root, its stderr, a mock endpoint on loopback,
-//! and a child process that is always reaped.
+//! run from the repository root, its stderr, a file written for it (a
+//! workload), a mock endpoint on loopback, and a child process that is
+//! always reaped.
 
 #![allow(dead_code)] // each test binary uses its own subset
 
@@ -26,6 +27,13 @@ pub fn isobench() -> Command {
 
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Writes `body` to `dir/name`; returns the path.
+pub fn write_file(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    path
 }
 
 /// `isobench mock`'s server with `config`, on a free port of 127.0.0.1.
