@@ -113,9 +113,9 @@ impl SafetensorsFiles {
 /// (candle tensors share their storage), not read or generated again.
 /// Models that share tensors never write to them. (Projections a model
 /// runs as one matrix product, `Weights::stacked`, are stacked per model
-/// from the shared parts.) The cache holds every
-/// tensor it was given until it is dropped, and serves the first folder
-/// it loads from only: another folder is an error.
+/// from the shared parts.) The cache holds every tensor it was given
+/// until it is dropped, and serves the first folder it loads from only:
+/// another folder is an error.
 #[derive(Default)]
 pub struct WeightCache {
     folder: Mutex<Option<PathBuf>>,
