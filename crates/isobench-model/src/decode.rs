@@ -83,6 +83,19 @@ impl Projection {
         }
     }
 
+    /// Outputs `start..start + len` of `linear` (one part of a stacked
+    /// projection): views of its weight's rows, [out, in] as on a GPU, and
+    /// of its bias.
+    pub(crate) fn rows(linear: &Linear, start: usize, len: usize) -> Result<Self> {
+        Ok(Self {
+            weight: linear.weight().narrow(0, start, len)?,
+            bias: linear
+                .bias()
+                .map(|bias| bias.narrow(0, start, len))
+                .transpose()?,
+        })
+    }
+
     fn outputs(&self) -> usize {
         self.weight.dims()[0]
     }

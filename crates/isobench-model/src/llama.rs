@@ -68,7 +68,7 @@ fn gemm_layout(weight: Tensor) -> Result<Tensor> {
 /// Projections that read the same input, as one: their weights `parts`
 /// (name, outputs) stacked into one [sum of outputs, in] matrix, so a step
 /// runs them as one matrix product, whose columns are the parts' outputs
-/// in order. [`rows`] gives back one part.
+/// in order (on a GPU, `decode::Projection::rows` views one part).
 fn stacked_linear(
     in_dim: usize,
     parts: &[(&str, usize)],
@@ -86,17 +86,6 @@ fn stacked_linear(
         .then(|| w.stacked(&shapes(&|out| out.into()), "bias", Init::Zeros))
         .transpose()?;
     Ok(Linear::new(gemm_layout(weight)?, bias))
-}
-
-/// Outputs `start..start + len` of a projection: its weight's rows (and
-/// bias) in the checkpoint's layout, the GPU's (see [`gemm_layout`]).
-#[cfg(feature = "cuda")]
-fn rows(linear: &Linear, start: usize, len: usize) -> Result<Linear> {
-    let bias = linear
-        .bias()
-        .map(|bias| bias.narrow(0, start, len))
-        .transpose()?;
-    Ok(Linear::new(linear.weight().narrow(0, start, len)?, bias))
 }
 
 fn rms_norm(size: usize, eps: f64, w: &Weights<'_>) -> std::result::Result<RmsNorm, ModelError> {
@@ -441,7 +430,7 @@ fn single_token(net: &Network, cfg: &ModelConfig) -> Result<Option<crate::decode
         .iter()
         .map(|layer| {
             let (attn, mlp) = (&layer.self_attn, &layer.mlp);
-            let part = |linear, start, len| rows(linear, start, len).map(|p| Projection::of(&p));
+            let part = Projection::rows;
             Ok(LayerWeights {
                 input_norm: layer.input_layernorm.weight().clone(),
                 q: part(&attn.qkv_proj, 0, q_dim)?,

@@ -111,11 +111,12 @@ impl SafetensorsFiles {
 /// with [`crate::load_model_cached`] and one cache, and a tensor asked for
 /// again in the same dtype on the same device is the one loaded first
 /// (candle tensors share their storage), not read or generated again.
-/// Models that share tensors never write to them. (Projections a model
-/// runs as one matrix product, `Weights::stacked`, are stacked per model
-/// from the shared parts.) The cache holds every tensor it was given
-/// until it is dropped, and serves the first folder it loads from only:
-/// another folder is an error.
+/// Models that share tensors never write to them. Projections that a
+/// model on candle's ops runs as one matrix product (q/k/v, gate/up) are
+/// cached stacked, as that model asks for them; the CPU step asks for the
+/// parts. The cache holds every tensor it was given until it is dropped,
+/// and serves the first folder it loads from only: another folder is an
+/// error.
 #[derive(Default)]
 pub struct WeightCache {
     folder: Mutex<Option<PathBuf>>,
@@ -305,19 +306,37 @@ impl<'a> Weights<'a> {
     /// Tensors `name` of the views `parts` (each with its shape), stacked
     /// along their first dim into one: the weights (or biases) of
     /// projections that read the same input, run as one matrix product (q,
-    /// k and v; gate and up). The parts come through the cache, if any;
-    /// the stacked tensor is the caller's own.
+    /// k and v; gate and up). Cached as one tensor, under the parts' names
+    /// joined by `+` (`...self_attn.q_proj+k_proj+v_proj.weight`); the
+    /// parts are read only to be stacked.
     pub(crate) fn stacked(
         &self,
         parts: &[(&str, Shape)],
         name: &str,
         init: Init,
     ) -> Result<Tensor, ModelError> {
-        let tensors = parts
-            .iter()
-            .map(|(part, shape)| self.pp(part).get(shape.clone(), name, init))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Tensor::cat(&tensors, 0)?)
+        let load = || -> Result<Tensor, ModelError> {
+            let tensors = parts
+                .iter()
+                .map(|(part, shape)| {
+                    let part = self.pp(part);
+                    part.load(shape.clone(), part.full_name(name), init)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Tensor::cat(&tensors, 0)?)
+        };
+        let Some(cache) = self.cache else {
+            return load();
+        };
+        let names: Vec<&str> = parts.iter().map(|(part, _)| *part).collect();
+        let mut dims = parts
+            .first()
+            .map_or_else(Vec::new, |(_, shape)| shape.dims().to_vec());
+        if let Some(rows) = dims.first_mut() {
+            *rows = parts.iter().map(|(_, shape)| shape.dims()[0]).sum();
+        }
+        let key = (self.pp(names.join("+")).full_name(name), dims, self.dtype);
+        cache.get_or_load(key, self.device, load)
     }
 
     /// Tensor `full_name` from the source.

@@ -104,14 +104,13 @@ async fn completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (endpoint, validate) = (Endpoint::Completions, Validator::completion);
     answer(
         &state,
         &headers,
         body,
-        endpoint,
+        Endpoint::Completions,
         COMPLETION_FIELDS,
-        validate,
+        Validator::completion,
     )
     .await
 }
