@@ -15,9 +15,11 @@
 // 16-byte loads; the block walks the visible context in chunks of
 // PARTITION tokens: scores into shared memory, softmax with a running
 // max (online softmax across chunks, accumulators rescaled), then the
-// weighted sum of V. A chunk of at most one pass of the block's threads
-// (PASS tokens) fetches its V rows into shared memory (cp.async) with its
-// K rows, so the weighted sum does not wait for memory.
+// weighted sum of V. The K rows and then the V rows of a chunk stream
+// through a ring of shared-memory stages (cp.async), several passes of
+// the block's threads (PASS tokens each) in flight ahead of the one being
+// read; the first V passes are fetched while the softmax runs, so a chunk
+// of one pass fetches its K and V rows together.
 //
 // Decode steps (one new token per sequence, rows == B) that would not
 // fill the GPU are split along the context (flash decoding): the context
@@ -41,9 +43,15 @@ constexpr int NUM_WARPS = NUM_THREADS / 32;
 // partition; must match PARTITION in src/paged_attention/launch.rs.
 constexpr int PARTITION = 512;
 
-// Waits for all of this thread's copy_async (common.cuh).
+// Closes a group of this thread's copy_async (common.cuh).
+__device__ __forceinline__ void commit_copies() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Waits until at most PENDING of this thread's newest groups are in flight.
+template <int PENDING>
 __device__ __forceinline__ void wait_copies() {
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
 }
 
 __device__ __forceinline__ float warp_max(float x) {
@@ -87,15 +95,22 @@ __device__ __forceinline__ void attend(
     constexpr int TPI = NUM_THREADS / LPT;       // tokens per block iteration
     constexpr int PASS = TPI * UNROLL;           // tokens of one pass over the rows
     static_assert(D % VEC == 0 && (NVEC & (NVEC - 1)) == 0, "head dim");
-    constexpr int LOGIT_FLOATS = G * PARTITION;
-    constexpr int REDUCE_FLOATS = NUM_WARPS * G * D;
-    constexpr int SMEM_FLOATS = LOGIT_FLOATS > REDUCE_FLOATS ? LOGIT_FLOATS : REDUCE_FLOATS;
-    __shared__ float smem[SMEM_FLOATS];
+    // Shared memory: a chunk's scores [G][PARTITION] and the ring of
+    // STAGES passes of K or V rows, each [UNROLL][NUM_THREADS][VPL] (every
+    // thread's own rows); after the chunks, the warps' outputs to combine.
+    // As many stages as fit 40 KiB beside the scores, two to four: static
+    // shared memory ends at 48 KiB.
+    constexpr int LOGIT_BYTES = G * PARTITION * 4;
+    constexpr int STAGE_VECS = UNROLL * NUM_THREADS * VPL;
+    constexpr int RING_FIT = (40 * 1024 - LOGIT_BYTES) / (STAGE_VECS * 16);
+    constexpr int STAGES = RING_FIT > 4 ? 4 : (RING_FIT < 2 ? 2 : RING_FIT);
+    constexpr int LOOP_BYTES = LOGIT_BYTES + STAGES * STAGE_VECS * 16;
+    constexpr int REDUCE_BYTES = NUM_WARPS * G * D * 4;
+    constexpr int SMEM_VECS = (LOOP_BYTES > REDUCE_BYTES ? LOOP_BYTES : REDUCE_BYTES) / 16;
+    __shared__ uint4 smem_vecs[SMEM_VECS];
+    float* smem = reinterpret_cast<float*>(smem_vecs);
+    uint4* ring = smem_vecs + LOGIT_BYTES / 16;
     __shared__ float warp_values[NUM_WARPS][G];
-    // A chunk of at most PASS tokens (a short decode partition) has its V
-    // rows copied here while the scores are computed: each thread's own
-    // rows, [UNROLL][NUM_THREADS][VPL].
-    __shared__ uint4 v_rows[UNROLL * NUM_THREADS * VPL];
 
     launch_dependents();
     const int row = blockIdx.x;
@@ -167,46 +182,55 @@ __device__ __forceinline__ void attend(
     };
     for (int chunk = first; chunk < visible; chunk += splits * chunk_size) {
         const int len = min(chunk_size, visible - chunk);
-        // One pass over the chunk's rows: V rows fetched with K rows.
-        const bool one_pass = len <= PASS;
+        const int passes = (len + PASS - 1) / PASS;
+        // Load i of the chunk: K pass i, then (i >= passes) V pass
+        // i - passes, into stage i % STAGES; one group per load, empty
+        // past the last, so every thread counts the same groups.
+        const auto issue = [&](int i) {
+            if (i < 2 * passes) {
+                const T* cache = i < passes ? k_cache : v_cache;
+                const int base = (i < passes ? i : i - passes) * PASS;
+                uint4* stage = ring + (i % STAGES) * STAGE_VECS;
+#pragma unroll
+                for (int u = 0; u < UNROLL; ++u) {
+                    const int t = base + u * TPI + token_group;
+                    if (t < len) {
+                        const uint4* src = reinterpret_cast<const uint4*>(row_of(cache, chunk + t));
+#pragma unroll
+                        for (int v = 0; v < VPL; ++v) {
+                            copy_async(&stage[(u * NUM_THREADS + threadIdx.x) * VPL + v],
+                                       src + lane + v * LPT);
+                        }
+                    }
+                }
+            }
+            commit_copies();
+        };
+        // Load i, once it has landed: issues load i + STAGES - 1 into the
+        // stage this thread read last (its reads were consumed before), and
+        // returns this thread's rows of load i.
+        const auto take = [&](int i) {
+            issue(i + STAGES - 1);
+            wait_copies<STAGES - 1>();
+            return ring + (i % STAGES) * STAGE_VECS + threadIdx.x * VPL;
+        };
+#pragma unroll
+        for (int i = 0; i < STAGES - 1; ++i) issue(i);
 
         // Scores: q . k for every token of the chunk and head of the group.
         float chunk_max[G];
 #pragma unroll
         for (int g = 0; g < G; ++g) chunk_max[g] = -INFINITY;
-        for (int base = 0; base < len; base += PASS) {
-            uint4 raw[UNROLL][VPL];
+        for (int pass = 0; pass < passes; ++pass) {
+            const uint4* rows = take(pass);
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
-                const int t = base + u * TPI + token_group;
-                if (t < len) {
-                    const uint4* k = reinterpret_cast<const uint4*>(row_of(k_cache, chunk + t));
-#pragma unroll
-                    for (int v = 0; v < VPL; ++v) raw[u][v] = __ldg(k + lane + v * LPT);
-                } else {
-#pragma unroll
-                    for (int v = 0; v < VPL; ++v) raw[u][v] = make_uint4(0, 0, 0, 0);
-                }
-            }
-            if (one_pass) {
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) {
-                    const int t = u * TPI + token_group;
-                    if (t >= len) break;
-                    const uint4* v_row = reinterpret_cast<const uint4*>(row_of(v_cache, chunk + t));
-#pragma unroll
-                    for (int v = 0; v < VPL; ++v) {
-                        copy_async(&v_rows[(u * NUM_THREADS + threadIdx.x) * VPL + v],
-                                   v_row + lane + v * LPT);
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const int t = base + u * TPI + token_group;
+                const int t = pass * PASS + u * TPI + token_group;
+                // Rows past the chunk were not fetched: their lanes compute
+                // on stale values and drop the score.
                 float k[EPL];
 #pragma unroll
-                for (int v = 0; v < VPL; ++v) unpack<T>(raw[u][v], k + v * VEC);
+                for (int v = 0; v < VPL; ++v) unpack<T>(rows[u * NUM_THREADS * VPL + v], k + v * VEC);
 #pragma unroll
                 for (int g = 0; g < G; ++g) {
                     float s = 0.0f;
@@ -250,30 +274,17 @@ __device__ __forceinline__ void attend(
         __syncthreads();
 
         // Weighted sum of the values.
-        if (one_pass) wait_copies();  // each thread reads back only its own rows
-        for (int base = 0; base < len; base += PASS) {
-            uint4 raw[UNROLL][VPL];
+        for (int pass = 0; pass < passes; ++pass) {
+            const uint4* rows = take(passes + pass);
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
-                const int t = base + u * TPI + token_group;
-                if (t < len && one_pass) {
-#pragma unroll
-                    for (int v = 0; v < VPL; ++v) {
-                        raw[u][v] = v_rows[(u * NUM_THREADS + threadIdx.x) * VPL + v];
-                    }
-                } else if (t < len) {
-                    const uint4* v_row = reinterpret_cast<const uint4*>(row_of(v_cache, chunk + t));
-#pragma unroll
-                    for (int v = 0; v < VPL; ++v) raw[u][v] = __ldg(v_row + lane + v * LPT);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const int t = base + u * TPI + token_group;
+                const int t = pass * PASS + u * TPI + token_group;
                 if (t < len) {
                     float values[EPL];
 #pragma unroll
-                    for (int v = 0; v < VPL; ++v) unpack<T>(raw[u][v], values + v * VEC);
+                    for (int v = 0; v < VPL; ++v) {
+                        unpack<T>(rows[u * NUM_THREADS * VPL + v], values + v * VEC);
+                    }
 #pragma unroll
                     for (int g = 0; g < G; ++g) {
                         const float weight = smem[g * PARTITION + t];
@@ -441,14 +452,16 @@ __device__ __forceinline__ void reduce(
         attend<T, D, G, UNROLL>(out, partials, q, k_cache, v_cache, p);                        \
     }
 
-// Loads in flight per thread (UNROLL x 16 bytes for K, then for V): four,
-// two for the widest head groups, whose accumulators take most registers
-// (bf16, d128: 72 to 204 registers, no spills). Eight measured slower on
-// an H200 (fewer resident blocks): 201 against 160 us at batch 64. The
-// last argument keeps four blocks resident per SM (at most 128 registers
-// a thread; two for the widest groups): without it a loop over partitions
-// took the g4 kernel from 128 to 138 registers and three blocks, and
-// decode attention at batch 8 to 128 from 28-310 to 41-407 us.
+// Rows per thread and pass (UNROLL, each VPL 16-byte copies): four, two
+// for the widest head groups, whose accumulators take most registers
+// (bf16, d128: 64 to 197 registers, no spills); the ring keeps up to three
+// passes in flight. Before the ring, eight rows in registers measured
+// slower on an H200 than four (fewer resident blocks): 201 against 160 us
+// at batch 64. The last argument keeps four blocks resident per SM (at
+// most 128 registers a thread; two for the widest groups): without it a
+// loop over partitions took the g4 kernel from 128 to 138 registers and
+// three blocks, and decode attention at batch 8 to 128 from 28-310 to
+// 41-407 us.
 #define ATTENTION_GROUPS(DT, T, D)                                     \
     ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g1, T, D, 1, 4, 4)  \
     ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g2, T, D, 2, 4, 4)  \

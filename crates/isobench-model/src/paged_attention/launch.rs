@@ -141,8 +141,8 @@ impl Shapes {
     }
 
     /// Tokens the attention kernel reads in one pass of its threads: each
-    /// K/V row takes up to 32 lanes of 16-byte loads, and each thread has
-    /// `UNROLL` rows in flight (kernels/paged_attention.cu).
+    /// K/V row takes up to 32 lanes of 16-byte copies, and each thread
+    /// copies `UNROLL` rows a pass (kernels/paged_attention.cu).
     fn one_pass(&self, elem_size: usize) -> usize {
         let lanes_per_token = (self.head_dim * elem_size / 16).clamp(1, 32);
         let unroll = if self.heads_per_block() == 8 { 2 } else { 4 };
