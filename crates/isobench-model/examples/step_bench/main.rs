@@ -11,6 +11,9 @@
 //!   --batch LIST       batch sizes, e.g. 1,8,32,64,128 (default 1,8,32)
 //!   --context N        tokens prefilled per sequence (default 128)
 //!   --steps N          timed decode steps per batch and mode (default 16)
+//!   --prompt-tokens LIST  also time steps that carry this many prompt
+//!                      tokens, e.g. 512,2048 (default none; see below)
+//!   --prompt-len N     tokens of each of those prompts (default 80)
 //!   --plain            candle's general ops (cuBLAS on a GPU) instead of
 //!                      this crate's own kernels (the plain path, for
 //!                      comparison)
@@ -31,6 +34,15 @@
 //! JSON's `issue_ms` is the host's time to launch a step (until `forward`
 //! returns, before waiting for the GPU) in each mode: an eager step whose
 //! launches take less than its GPU time keeps the GPU busy without graphs.
+//!
+//! With `--prompt-tokens`, each batch size also times, per listed count,
+//! steps that carry that many prompt tokens (fresh prompts of
+//! `--prompt-len` tokens, the last one shorter, prefilled afresh in the
+//! same blocks every step) beside the batch's decode rows, and the same
+//! prompts alone: what a continuous-batching step with prompt chunks costs
+//! over a decode step, per prompt token, against a prefill-only step such
+//! as static or dynamic batching runs. Such steps replay a graph only
+//! within the graph buckets (512 tokens).
 
 mod check;
 
@@ -58,6 +70,8 @@ struct Args {
     steps: usize,
     check: bool,
     plain: bool,
+    prompt_tokens: Vec<usize>,
+    prompt_len: usize,
 }
 
 fn parse_args() -> Result<Args> {
@@ -71,6 +85,8 @@ fn parse_args() -> Result<Args> {
         steps: 16,
         check: false,
         plain: false,
+        prompt_tokens: Vec::new(),
+        prompt_len: 80,
     };
     let mut graphs = None;
     let mut raw = std::env::args().skip(1);
@@ -117,11 +133,19 @@ fn parse_args() -> Result<Args> {
                     .map(|b| number("--batch", b.trim()))
                     .collect::<Result<_>>()?
             }
+            "--prompt-tokens" => {
+                args.prompt_tokens = value
+                    .split(',')
+                    .map(|t| number("--prompt-tokens", t.trim()))
+                    .collect::<Result<_>>()?
+            }
+            "--prompt-len" => args.prompt_len = number("--prompt-len", &value)?,
             "--context" => args.context = number("--context", &value)?,
             "--steps" => args.steps = number("--steps", &value)?,
             _ => {
                 return Err(format!(
-                    "unknown flag `{flag}`; accepted: --model, --device, --dtype, --graphs, --batch, --context, --steps, --plain, --check"
+                    "unknown flag `{flag}`; accepted: --model, --device, --dtype, --graphs, --batch, --context, --steps, \
+                     --prompt-tokens, --prompt-len, --plain, --check"
                 )
                 .into());
             }
@@ -169,32 +193,102 @@ impl Batch {
     }
 }
 
-/// Median decode step of each model (eager first, then graphs) on one
-/// prefilled cache, and the mean context during the timed steps.
-struct Measured {
-    medians: Vec<Duration>,
-    host_medians: Vec<Duration>,
+/// Medians over the timed steps of one model.
+struct Timed {
+    device: Duration,
+    host: Duration,
     /// Host time until `forward` returned, before waiting for the GPU:
     /// what launching (or replaying) the step costs the host.
-    issue_medians: Vec<Duration>,
-    replayed: Vec<bool>,
+    issue: Duration,
+    /// Whether every timed step replayed a CUDA graph.
+    replayed: bool,
+}
+
+/// Median decode step of each model (eager first, then graphs) on one
+/// prefilled cache, the mean context during the timed steps, and the
+/// steps with prompt tokens of `--prompt-tokens`.
+struct Measured {
+    decode: Vec<Timed>,
     mean_context: f64,
     prefill_tokens_per_s: f64,
+    prompts: Vec<PromptSteps>,
+}
+
+/// Steps that carry `tokens` prompt tokens: beside the batch's decode rows
+/// (`mixed`) and alone, per model.
+struct PromptSteps {
+    tokens: usize,
+    mixed: Vec<Timed>,
+    alone: Vec<Timed>,
+}
+
+/// Runs `WARM_UP_STEPS` and `steps` timed steps of `model`, the input of
+/// step `i` from `input(i)`.
+fn time_steps(
+    model: &mut dyn CausalLm,
+    cache: &mut KvCache,
+    steps: usize,
+    mut input: impl FnMut(usize) -> StepBatch,
+) -> Result<Timed> {
+    let mut device_times = Vec::with_capacity(steps);
+    let mut host_times = Vec::with_capacity(steps);
+    let mut issue_times = Vec::with_capacity(steps);
+    let mut replayed = true;
+    for step in 0..WARM_UP_STEPS + steps {
+        let input = input(step);
+        let start = Instant::now();
+        let logits = model.forward(&input, cache)?;
+        let issued = start.elapsed();
+        sync(&logits)?;
+        let host = start.elapsed();
+        let stats = model.last_step();
+        if step >= WARM_UP_STEPS {
+            device_times.push(stats.device_time.unwrap_or(host));
+            host_times.push(host);
+            issue_times.push(issued);
+            replayed &= stats.graph_replayed;
+        }
+    }
+    Ok(Timed {
+        device: median(device_times),
+        host: median(host_times),
+        issue: median(issue_times),
+        replayed,
+    })
+}
+
+/// Fresh prompts of `len` tokens (the last one shorter) that make up
+/// `tokens`, as `(seq, tokens)` parts from sequence `first` on.
+fn prompt_parts(first: usize, tokens: usize, len: usize) -> Vec<(usize, usize)> {
+    (0..tokens.div_ceil(len))
+        .map(|k| (first + k, len.min(tokens - k * len)))
+        .collect()
 }
 
 fn measure(models: &mut [Box<dyn CausalLm>], batch_size: usize, args: &Args) -> Result<Measured> {
-    let total_steps = models.len() * (WARM_UP_STEPS + args.steps);
+    // Every timed or warm-up step advances the decode rows by a token.
+    let step_kinds = 1 + args.prompt_tokens.len();
+    let total_steps = models.len() * (WARM_UP_STEPS + args.steps) * step_kinds;
     let blocks_per_seq = (args.context + total_steps).div_ceil(BLOCK_SIZE);
+    // The prompts of a step with prompt tokens: sequences after the
+    // batch's, whose context stays empty, so that each step prefills
+    // them afresh in the same blocks.
+    let max_prompts = args
+        .prompt_tokens
+        .iter()
+        .map(|t| t.div_ceil(args.prompt_len))
+        .max()
+        .unwrap_or(0);
     let first = &models[0];
     let mut cache = KvCache::new(
         first.config(),
-        batch_size * blocks_per_seq,
+        (batch_size + max_prompts) * blocks_per_seq,
         BLOCK_SIZE,
         first.device(),
         first.dtype(),
     )?;
     let mut batch = Batch {
-        contexts: vec![0; batch_size],
+        contexts: vec![0; batch_size + max_prompts],
         blocks_per_seq,
         vocab: first.config().vocab_size.max(6) as u32,
     };
@@ -209,49 +303,58 @@ fn measure(models: &mut [Box<dyn CausalLm>], batch_size: usize, args: &Args) -> 
         (batch_size * args.context) as f64 / prefill_start.elapsed().as_secs_f64();
     let decode: Vec<(usize, usize)> = (0..batch_size).map(|seq| (seq, 1)).collect();
     let mut result = Measured {
-        medians: Vec::new(),
-        host_medians: Vec::new(),
-        issue_medians: Vec::new(),
-        replayed: Vec::new(),
+        decode: Vec::new(),
         mean_context: 0.0,
         prefill_tokens_per_s,
+        prompts: Vec::new(),
     };
     let mut context_sum = 0.0;
-    // The decode steps are marked for a profiler started with profiling off
+    // The timed steps are marked for a profiler started with profiling off
     // (`ncu --profile-from-start off`, `nsys profile -c cudaProfilerApi`),
     // which then skips the load and the prefills; without one attached,
     // starting and stopping (on drop) do nothing.
     #[cfg(feature = "cuda")]
     let _profiled = cudarc::driver::Profiler::new()?;
     for model in models.iter_mut() {
-        let mut device_times = Vec::with_capacity(args.steps);
-        let mut host_times = Vec::with_capacity(args.steps);
-        let mut issue_times = Vec::with_capacity(args.steps);
-        let mut replayed = true;
-        for step in 0..WARM_UP_STEPS + args.steps {
+        let timed = time_steps(model.as_mut(), &mut cache, args.steps, |step| {
             let input = batch.step(&decode, step as u32);
-            let start = Instant::now();
-            let logits = model.forward(&input, &mut cache)?;
-            let issued = start.elapsed();
-            sync(&logits)?;
-            let host = start.elapsed();
-            let stats = model.last_step();
             if step >= WARM_UP_STEPS {
-                device_times.push(stats.device_time.unwrap_or(host));
-                host_times.push(host);
-                issue_times.push(issued);
-                replayed &= stats.graph_replayed;
-                context_sum +=
-                    batch.contexts.iter().sum::<usize>() as f64 / batch_size as f64 + 1.0;
+                context_sum += batch.contexts[..batch_size].iter().sum::<usize>() as f64
+                    / batch_size as f64
+                    + 1.0;
             }
-            batch.contexts.iter_mut().for_each(|c| *c += 1);
-        }
-        result.medians.push(median(device_times));
-        result.host_medians.push(median(host_times));
-        result.issue_medians.push(median(issue_times));
-        result.replayed.push(replayed);
+            batch.contexts[..batch_size]
+                .iter_mut()
+                .for_each(|c| *c += 1);
+            input
+        })?;
+        result.decode.push(timed);
     }
     result.mean_context = context_sum / (models.len() * args.steps) as f64;
+    for &tokens in &args.prompt_tokens {
+        let prompts = prompt_parts(batch_size, tokens, args.prompt_len);
+        let mixed_parts: Vec<(usize, usize)> = decode.iter().chain(&prompts).copied().collect();
+        let mut measured = PromptSteps {
+            tokens,
+            mixed: Vec::new(),
+            alone: Vec::new(),
+        };
+        for model in models.iter_mut() {
+            let mixed = time_steps(model.as_mut(), &mut cache, args.steps, |step| {
+                let input = batch.step(&mixed_parts, step as u32);
+                batch.contexts[..batch_size]
+                    .iter_mut()
+                    .for_each(|c| *c += 1);
+                input
+            })?;
+            let alone = time_steps(model.as_mut(), &mut cache, args.steps, |step| {
+                batch.step(&prompts, step as u32)
+            })?;
+            measured.mixed.push(mixed);
+            measured.alone.push(alone);
+        }
+        result.prompts.push(measured);
+    }
     Ok(result)
 }
 
@@ -387,7 +490,7 @@ fn bench(args: &Args) -> Result<()> {
     println!("batch  eager ms  graph ms  floor ms  % of floor  decode tok/s  prefill tok/s");
     for &batch_size in &args.batches {
         let measured = measure(&mut models, batch_size, args)?;
-        let ms = |graphs: bool| column(graphs).map(|i| measured.medians[i].as_secs_f64() * 1e3);
+        let ms = |graphs: bool| column(graphs).map(|i| millis(measured.decode[i].device));
         let (eager, graph) = (ms(false), ms(true));
         let best = graph.or(eager).unwrap_or(f64::NAN);
         let kv_bytes = kv_per_token * measured.mean_context * batch_size as f64;
@@ -412,9 +515,9 @@ fn bench(args: &Args) -> Result<()> {
             "mean_context": measured.mean_context,
             "eager_ms": eager,
             "graph_ms": graph,
-            "graph_replayed": column(true).map(|i| measured.replayed[i]),
-            "host_ms": measured.host_medians.iter().map(|d| d.as_secs_f64() * 1e3).collect::<Vec<_>>(),
-            "issue_ms": measured.issue_medians.iter().map(|d| d.as_secs_f64() * 1e3).collect::<Vec<_>>(),
+            "graph_replayed": column(true).map(|i| measured.decode[i].replayed),
+            "host_ms": measured.decode.iter().map(|t| millis(t.host)).collect::<Vec<_>>(),
+            "issue_ms": measured.decode.iter().map(|t| millis(t.issue)).collect::<Vec<_>>(),
             "floor_ms": floor,
             "weight_bytes": weights,
             "kv_bytes": kv_bytes,
@@ -424,8 +527,70 @@ fn bench(args: &Args) -> Result<()> {
             "prefill_tokens_per_s": measured.prefill_tokens_per_s,
         });
         println!("JSON {json}");
+        for prompts in &measured.prompts {
+            print_prompt_steps(&folder, args, batch_size, &measured, prompts);
+        }
     }
     Ok(())
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// One line per model (eager, graphs) and its JSON for steps with prompt
+/// tokens: the mixed step's time over the decode step's, per prompt token,
+/// against the prompts alone.
+fn print_prompt_steps(
+    folder: &ModelFolder,
+    args: &Args,
+    batch_size: usize,
+    measured: &Measured,
+    prompts: &PromptSteps,
+) {
+    let count = prompts.tokens.div_ceil(args.prompt_len);
+    for (i, &graphs) in args.modes.iter().enumerate() {
+        let decode = millis(measured.decode[i].device);
+        let (mixed, alone) = (&prompts.mixed[i], &prompts.alone[i]);
+        let added = millis(mixed.device) - decode;
+        let per_token = |ms: f64| ms * 1e3 / prompts.tokens as f64;
+        let replays = |t: &Timed| if t.replayed { ", replayed" } else { "" };
+        println!(
+            "{batch_size:>5}  + {} prompt tokens ({count} prompt{} of up to {}), {}: \
+             mixed {:.3} ms{} ({added:+.3} over the decode step: {:.2} us a prompt token), \
+             alone {:.3} ms{} ({:.2} us a token)",
+            prompts.tokens,
+            if count == 1 { "" } else { "s" },
+            args.prompt_len,
+            if graphs { "graphs" } else { "eager" },
+            millis(mixed.device),
+            replays(mixed),
+            per_token(added),
+            millis(alone.device),
+            replays(alone),
+            per_token(millis(alone.device)),
+        );
+        let json = serde_json::json!({
+            "bench": "step_bench_prompts",
+            "model": folder.name(),
+            "device": args.device,
+            "batch": batch_size,
+            "context": args.context,
+            "graphs": graphs,
+            "prompt_tokens": prompts.tokens,
+            "prompt_len": args.prompt_len,
+            "decode_ms": decode,
+            "mixed_ms": millis(mixed.device),
+            "mixed_replayed": mixed.replayed,
+            "mixed_issue_ms": millis(mixed.issue),
+            "alone_ms": millis(alone.device),
+            "alone_replayed": alone.replayed,
+            "alone_issue_ms": millis(alone.issue),
+            "us_per_prompt_token_mixed": per_token(added),
+            "us_per_prompt_token_alone": per_token(millis(alone.device)),
+        });
+        println!("JSON {json}");
+    }
 }
 
 fn main() {
