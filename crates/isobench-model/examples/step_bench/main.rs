@@ -14,6 +14,8 @@
 //!   --prompt-tokens LIST  also time steps that carry this many prompt
 //!                      tokens, e.g. 512,2048 (default none; see below)
 //!   --prompt-len N     tokens of each of those prompts (default 80)
+//!   --vary-prompts     each of those steps one prompt token fewer than
+//!                      the one before, so that no two share a shape
 //!   --plain            candle's general ops (cuBLAS on a GPU) instead of
 //!                      this crate's own kernels (the plain path, for
 //!                      comparison)
@@ -42,7 +44,11 @@
 //! prompts alone: what a continuous-batching step with prompt chunks costs
 //! over a decode step, per prompt token, against a prefill-only step such
 //! as static or dynamic batching runs. Such steps replay a graph only
-//! within the graph buckets (512 tokens).
+//! within the graph buckets (512 tokens). In a server nearly every such
+//! step has a row count of its own; `--vary-prompts` makes the timed
+//! steps so (a token fewer each step, the figures per token taken over
+//! the steps' mean), where by default every step of a count has the same
+//! shape, so the warm-up steps run it first.
 
 mod check;
 
@@ -72,6 +78,7 @@ struct Args {
     plain: bool,
     prompt_tokens: Vec<usize>,
     prompt_len: usize,
+    vary_prompts: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -87,6 +94,7 @@ fn parse_args() -> Result<Args> {
         plain: false,
         prompt_tokens: Vec::new(),
         prompt_len: 80,
+        vary_prompts: false,
     };
     let mut graphs = None;
     let mut raw = std::env::args().skip(1);
@@ -97,6 +105,10 @@ fn parse_args() -> Result<Args> {
         }
         if flag == "--plain" {
             args.plain = true;
+            continue;
+        }
+        if flag == "--vary-prompts" {
+            args.vary_prompts = true;
             continue;
         }
         let value = raw
@@ -145,7 +157,7 @@ fn parse_args() -> Result<Args> {
             _ => {
                 return Err(format!(
                     "unknown flag `{flag}`; accepted: --model, --device, --dtype, --graphs, --batch, --context, --steps, \
-                     --prompt-tokens, --prompt-len, --plain, --check"
+                     --prompt-tokens, --prompt-len, --vary-prompts, --plain, --check"
                 )
                 .into());
             }
@@ -218,6 +230,9 @@ struct Measured {
 /// (`mixed`) and alone, per model.
 struct PromptSteps {
     tokens: usize,
+    /// The timed steps' mean prompt tokens (`tokens` unless
+    /// `--vary-prompts`).
+    mean_tokens: f64,
     mixed: Vec<Timed>,
     alone: Vec<Timed>,
 }
@@ -332,23 +347,35 @@ fn measure(models: &mut [Box<dyn CausalLm>], batch_size: usize, args: &Args) -> 
     }
     result.mean_context = context_sum / (models.len() * args.steps) as f64;
     for &tokens in &args.prompt_tokens {
-        let prompts = prompt_parts(batch_size, tokens, args.prompt_len);
-        let mixed_parts: Vec<(usize, usize)> = decode.iter().chain(&prompts).copied().collect();
+        // The prompt tokens of step `i` (warm-up steps included).
+        let tokens_of = |step: usize| {
+            if args.vary_prompts {
+                tokens - step % tokens
+            } else {
+                tokens
+            }
+        };
+        let timed = WARM_UP_STEPS..WARM_UP_STEPS + args.steps;
+        let mean_tokens = timed.clone().map(tokens_of).sum::<usize>() as f64 / args.steps as f64;
+        let prompts = |step: usize| prompt_parts(batch_size, tokens_of(step), args.prompt_len);
         let mut measured = PromptSteps {
             tokens,
+            mean_tokens,
             mixed: Vec::new(),
             alone: Vec::new(),
         };
         for model in models.iter_mut() {
             let mixed = time_steps(model.as_mut(), &mut cache, args.steps, |step| {
-                let input = batch.step(&mixed_parts, step as u32);
+                let parts: Vec<(usize, usize)> =
+                    decode.iter().copied().chain(prompts(step)).collect();
+                let input = batch.step(&parts, step as u32);
                 batch.contexts[..batch_size]
                     .iter_mut()
                     .for_each(|c| *c += 1);
                 input
             })?;
             let alone = time_steps(model.as_mut(), &mut cache, args.steps, |step| {
-                batch.step(&prompts, step as u32)
+                batch.step(&prompts(step), step as u32)
             })?;
             measured.mixed.push(mixed);
             measured.alone.push(alone);
@@ -553,10 +580,15 @@ fn print_prompt_steps(
         let decode = millis(measured.decode[i].device);
         let (mixed, alone) = (&prompts.mixed[i], &prompts.alone[i]);
         let added = millis(mixed.device) - decode;
-        let per_token = |ms: f64| ms * 1e3 / prompts.tokens as f64;
+        let per_token = |ms: f64| ms * 1e3 / prompts.mean_tokens;
         let replays = |t: &Timed| if t.replayed { ", replayed" } else { "" };
+        let varied = if args.vary_prompts {
+            format!(", a token fewer each step, mean {:.1}", prompts.mean_tokens)
+        } else {
+            String::new()
+        };
         println!(
-            "{batch_size:>5}  + {} prompt tokens ({count} prompt{} of up to {}), {}: \
+            "{batch_size:>5}  + {} prompt tokens ({count} prompt{} of up to {}{varied}), {}: \
              mixed {:.3} ms{} ({added:+.3} over the decode step: {:.2} us a prompt token), \
              alone {:.3} ms{} ({:.2} us a token)",
             prompts.tokens,
@@ -579,6 +611,8 @@ fn print_prompt_steps(
             "graphs": graphs,
             "prompt_tokens": prompts.tokens,
             "prompt_len": args.prompt_len,
+            "vary_prompts": args.vary_prompts,
+            "mean_prompt_tokens": prompts.mean_tokens,
             "decode_ms": decode,
             "mixed_ms": millis(mixed.device),
             "mixed_replayed": mixed.replayed,
