@@ -281,10 +281,18 @@ fn prompt_parts(first: usize, tokens: usize, len: usize) -> Vec<(usize, usize)> 
 }
 
 fn measure(models: &mut [Box<dyn CausalLm>], batch_size: usize, args: &Args) -> Result<Measured> {
-    // Every timed or warm-up step advances the decode rows by a token.
+    // Every timed or warm-up step advances the decode rows by a token; a
+    // prompt needs room for its tokens.
     let step_kinds = 1 + args.prompt_tokens.len();
     let total_steps = models.len() * (WARM_UP_STEPS + args.steps) * step_kinds;
-    let blocks_per_seq = (args.context + total_steps).div_ceil(BLOCK_SIZE);
+    let prompt_room = if args.prompt_tokens.is_empty() {
+        0
+    } else {
+        args.prompt_len
+    };
+    let blocks_per_seq = (args.context + total_steps)
+        .max(prompt_room)
+        .div_ceil(BLOCK_SIZE);
     // The prompts of a step with prompt tokens: sequences after the
     // batch's, whose context stays empty, so that each step prefills
     // them afresh in the same blocks.
