@@ -97,6 +97,7 @@ fn parse_args() -> Result<Args> {
         vary_prompts: false,
     };
     let mut graphs = None;
+    let mut prompt_len_given = false;
     let mut raw = std::env::args().skip(1);
     while let Some(flag) = raw.next() {
         if flag == "--check" {
@@ -151,7 +152,10 @@ fn parse_args() -> Result<Args> {
                     .map(|t| number("--prompt-tokens", t.trim()))
                     .collect::<Result<_>>()?
             }
-            "--prompt-len" => args.prompt_len = number("--prompt-len", &value)?,
+            "--prompt-len" => {
+                args.prompt_len = number("--prompt-len", &value)?;
+                prompt_len_given = true;
+            }
             "--context" => args.context = number("--context", &value)?,
             "--steps" => args.steps = number("--steps", &value)?,
             _ => {
@@ -162,6 +166,18 @@ fn parse_args() -> Result<Args> {
                 .into());
             }
         }
+    }
+    if args.prompt_tokens.is_empty() && (prompt_len_given || args.vary_prompts) {
+        return Err(
+            "--prompt-len and --vary-prompts shape the steps of --prompt-tokens; \
+                    give --prompt-tokens too"
+                .into(),
+        );
+    }
+    if args.check && !args.prompt_tokens.is_empty() {
+        return Err(
+            "--check runs its own steps; --prompt-tokens times steps, without --check".into(),
+        );
     }
     let cuda = !args.device.trim().eq_ignore_ascii_case("cpu");
     args.modes = graphs.unwrap_or(if cuda { vec![false, true] } else { vec![false] });
