@@ -18,14 +18,22 @@
 //! rows, and `b` more tokens.
 //!
 //! Graphs pay where a step's host-side launches take longer than its GPU
-//! work: a step of a few hundred tokens on a small model. Past the largest
-//! token bucket a step runs eagerly, which costs nothing a large step does
-//! not already hide behind its own GPU time, and the buckets grow by at
-//! most half past 64 tokens, so padding adds about half a step's tokens
-//! at most.
+//! work: a step of a few hundred tokens on a small model. They also pay
+//! for steps of a server's full token budget (2,048 on CUDA), whose GPU
+//! work outlasts their launches on average: launched eagerly under serving
+//! load, where the host also runs the clients and the HTTP server, such
+//! steps took at least 10% more GPU time on the 1B shape than step_bench
+//! gives the largest of them alone, and replaying them raised continuous
+//! batching's output by 4% (docs/performance.md, "Graphs for prompt
+//! chunks up to 2,048 tokens, and the logits' cast on a kernel of our
+//! own"). Past the largest token bucket a step runs eagerly. The
+//! buckets grow by at most half past 64 tokens (and by a quarter past
+//! 1,024), so padding adds about half a step's tokens at most.
 
 /// Token counts a step with prompt tokens is captured for by default.
-pub const DEFAULT_GRAPH_TOKEN_BUCKETS: [usize; 9] = [16, 32, 64, 96, 128, 192, 256, 384, 512];
+pub const DEFAULT_GRAPH_TOKEN_BUCKETS: [usize; 15] = [
+    16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1280, 1536, 1792, 2048,
+];
 
 /// The padded size of a captured step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

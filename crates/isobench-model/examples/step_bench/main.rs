@@ -44,7 +44,7 @@
 //! prompts alone: what a continuous-batching step with prompt chunks costs
 //! over a decode step, per prompt token, against a prefill-only step such
 //! as static or dynamic batching runs. Such steps replay a graph only
-//! within the graph buckets (512 tokens). In a server nearly every such
+//! within the graph buckets (2,048 tokens). In a server nearly every such
 //! step has a row count of its own; `--vary-prompts` makes the timed
 //! steps so (a token fewer each step, the figures per token taken over
 //! the steps' mean), where by default every step of a count has the same
