@@ -24,7 +24,9 @@
 //!    a view of some columns and for unaligned tensors and none for
 //!    contiguous ones; and `rope_write_kv` (RoPE on the q/k/v product, k
 //!    and v into scrambled cache slots, padding rows writing nowhere)
-//!    against candle's rope and `write_kv`.
+//!    against candle's rope and `write_kv`; `to_f32`, the logits' cast,
+//!    identical to candle's cast, one fallback counted for a tensor that is
+//!    not whole 16-byte vectors and none otherwise.
 //! 4. Timing: bf16 decode attention of a Llama-3-8B layer (32 heads, 8 KV
 //!    heads, head_dim 128, block size 16, table width for 4096 tokens) at
 //!    context 1024, batch 1/8/32/64/128, and with the table width a served
@@ -62,7 +64,8 @@ use candle_core::cuda_backend::cudarc::driver::sys::{
 };
 use candle_core::{DType, Device, Result, Tensor};
 use isobench_model::kernels_for_checks::{
-    add_rms_norm, paged_attention, rope_write_kv, silu_mul, silu_mul_counted, write_kv,
+    add_rms_norm, paged_attention, rope_write_kv, silu_mul, silu_mul_counted, to_f32_counted,
+    write_kv,
 };
 use isobench_model::{Draw, greedy_tokens, sample_tokens};
 
@@ -635,6 +638,41 @@ fn fused_check(device: &Device, random: &mut Random) -> Result<bool> {
     }
     pass &= fused_fallback_check(device, random)?;
     pass &= rope_write_kv_check(device, random)?;
+    pass &= to_f32_check(device, random)?;
+    Ok(pass)
+}
+
+/// The logits' cast to f32 as the model calls it: identical to candle's
+/// cast (widening is exact); the kernel for the 1B and 8B shapes' logits
+/// (a 128,256 vocabulary) and a small shape, candle's cast (one fallback
+/// counted) for 13 values a row, not whole 16-byte vectors; an f32 tensor
+/// as it is.
+fn to_f32_check(device: &Device, random: &mut Random) -> Result<bool> {
+    let mut pass = true;
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
+        for shape in [(1, 128_256), (128, 128_256), (3, 8), (2, 13)] {
+            let x = random_tensor(device, random, shape, dtype, (20.0, 0.0))?;
+            let want_fallbacks = usize::from(dtype != DType::F32 && shape.1 == 13);
+            poison(device, shape.0 * shape.1 * 4)?;
+            let (got, fallbacks) = to_f32_counted(&x)?;
+            let identical = got.dtype() == DType::F32
+                && got.dims() == x.dims()
+                && to_f32(&got)? == to_f32(&x.to_dtype(DType::F32)?)?;
+            let ok = identical && fallbacks == want_fallbacks;
+            pass &= ok;
+            println!(
+                "{} to_f32 {dtype:?} {}x{}: {}, {fallbacks} fallback(s) counted (want {want_fallbacks})",
+                if ok { "PASS" } else { "FAIL" },
+                shape.0,
+                shape.1,
+                if identical {
+                    "identical to candle's cast"
+                } else {
+                    "DIFFERS"
+                },
+            );
+        }
+    }
     Ok(pass)
 }
 

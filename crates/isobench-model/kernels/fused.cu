@@ -1,5 +1,5 @@
-// Three fusions of candle's elementwise ops for steps of several tokens
-// (src/fused.rs says where they run):
+// Three fusions of candle's elementwise ops for steps of several tokens,
+// and the logits' widening to f32 (src/fused.rs says where they run):
 //
 //   silu_mul_DT:     out = silu(gate) * up, SwiGLU's product, one pass
 //                    instead of candle's usilu and bmul (the SiLU is no
@@ -14,9 +14,12 @@
 //                    the single-token kernels of decode.cu), q written
 //                    out, k and v written into their cache slots, instead
 //                    of two copies, two of candle's rope_thd and two
-//                    write_kv launches.
+//                    write_kv launches;
+//   to_f32_DT:       the LM head's logits widened to f32 (exact), 16 bytes
+//                    read and 32 written a thread and turn, where
+//                    candle's cast moved a value a thread.
 //
-// DT is bf16, f16 or f32. For silu_mul and add_rms_norm every pointer is
+// DT is bf16, f16 or f32. For silu_mul, add_rms_norm and to_f32 every pointer is
 // 16-byte aligned and every length a multiple of the 16-byte vector (16 /
 // sizeof(DT) values), which src/fused.rs checks before it launches.
 // Launched with programmatic dependent launch: each waits for its
@@ -149,6 +152,23 @@ __device__ void rope_write_kv(const T* qkv, const T* cos, const T* sin, const ui
     }
 }
 
+// `vectors` 16-byte vectors of `in`, each widened to VEC floats of `out`,
+// grid-strided.
+template <typename T>
+__device__ void to_f32(const uint4* in, float4* out, uint32_t vectors) {
+    constexpr int VEC = 16 / sizeof(T);
+    wait_for_prerequisites();
+    for (uint32_t v = blockIdx.x * THREADS + threadIdx.x; v < vectors; v += gridDim.x * THREADS) {
+        float values[VEC];
+        unpack<T>(in[v], values);
+#pragma unroll
+        for (int i = 0; i < VEC / 4; ++i) {
+            out[(size_t)v * (VEC / 4) + i] =
+                make_float4(values[4 * i], values[4 * i + 1], values[4 * i + 2], values[4 * i + 3]);
+        }
+    }
+}
+
 }  // namespace
 
 #define FUSED(DT, T)                                                                            \
@@ -167,6 +187,10 @@ __device__ void rope_write_kv(const T* qkv, const T* cos, const T* sin, const ui
         uint32_t num_slots) {                                                                   \
         rope_write_kv<T>(qkv, cos, sin, slots, q_out, k_cache, v_cache, tokens, heads,         \
                          kv_heads, d, num_slots);                                               \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                       \
+        to_f32_##DT(const uint4* in, float4* out, uint32_t vectors) {                           \
+        to_f32<T>(in, out, vectors);                                                            \
     }
 
 FUSED(bf16, __nv_bfloat16)

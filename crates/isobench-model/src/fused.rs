@@ -1,7 +1,8 @@
-//! Three fusions of candle's ops, for the steps of several tokens that run
-//! on candle's ops (single-token steps have kernels of their own,
-//! [`crate::decode`]), over the outputs of the merged projections (q, k
-//! and v in one matrix product, gate and up in another; src/llama.rs):
+//! Three fusions of candle's ops, and the logits' cast to f32, for the
+//! steps of several tokens that run on candle's ops (single-token steps
+//! have kernels of their own, [`crate::decode`]), over the outputs of the
+//! merged projections (q, k and v in one matrix product, gate and up in
+//! another; src/llama.rs):
 //!
 //! - `silu_mul`: SwiGLU's `silu(gate) * up` in one kernel instead of two,
 //!   from the two halves of each row of the gate/up product;
@@ -9,7 +10,11 @@
 //!   kernel that writes both the sum and its norm;
 //! - `rope_write_kv`: the q/k/v product split into its parts, RoPE on q
 //!   and k, and k and v written into their cache slots, in one kernel
-//!   instead of six (kernels/fused.cu).
+//!   instead of six (kernels/fused.cu);
+//! - `to_f32`: the LM head's logits widened from bf16 or f16 to f32 (exact)
+//!   with 16-byte loads, where candle's cast of a decode step's 128 rows of
+//!   a 128k vocabulary took 0.17 ms, 7.5% of the 1B shape's step (`ncu`);
+//!   the kernel takes the step from 2.97 to 2.85 ms (docs/performance.md).
 //!
 //! An eager decode step of the 8B shape at batch 128 spent 0.54 ms in the
 //! SiLU and the product, 0.62 ms in the adds and norms and 0.39 ms in RoPE
@@ -137,6 +142,21 @@ impl FusedOps {
         Ok((sum, normed))
     }
 
+    /// `logits` in f32: the same tensor if it is f32 already.
+    pub(crate) fn to_f32(&self, logits: &Tensor) -> Result<Tensor> {
+        if logits.dtype() == DType::F32 {
+            return Ok(logits.clone());
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(kernels) = &self.kernels {
+            match kernels.to_f32(logits)? {
+                Some(out) => return Ok(out),
+                None => self.count_fallback(),
+            }
+        }
+        logits.to_dtype(DType::F32)
+    }
+
     #[cfg(feature = "cuda")]
     fn count_fallback(&self) {
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -177,6 +197,15 @@ pub mod checks {
             Some(out) => Ok(out),
             None => bail!("fused kernels: add_rms_norm cannot take these tensors"),
         }
+    }
+
+    /// `x` widened to f32 as the model runs it, through `FusedOps` (the
+    /// kernel, or candle's cast where it cannot take the tensor), with the
+    /// calls that fell back to candle's cast: 0 or 1.
+    pub fn to_f32_counted(x: &Tensor) -> Result<(Tensor, usize)> {
+        let ops = super::FusedOps::new(x.device(), x.dtype(), 1e-5, true)?;
+        let out = ops.to_f32(x)?;
+        Ok((out, ops.fallbacks()))
     }
 
     /// `silu(gate) * up` as the model runs it, through `FusedOps` (the
@@ -230,6 +259,7 @@ mod cuda {
         silu_mul: kernels::Kernel,
         add_rms_norm: kernels::Kernel,
         rope_write_kv: kernels::Kernel,
+        to_f32: kernels::Kernel,
     }
 
     impl Kernels {
@@ -245,6 +275,7 @@ mod cuda {
                 silu_mul: kernel("silu_mul")?,
                 add_rms_norm: kernel("add_rms_norm")?,
                 rope_write_kv: kernel("rope_write_kv")?,
+                to_f32: kernel("to_f32")?,
             }))
         }
 
@@ -312,6 +343,35 @@ mod cuda {
                 *last = half;
             }
             out.reshape(dims).map(Some)
+        }
+
+        /// `x` widened to f32, in its shape; `None` where the kernel
+        /// cannot take it (not this dtype, contiguous, 16-byte aligned and
+        /// whole vectors).
+        pub(super) fn to_f32(&self, x: &Tensor) -> Result<Option<Tensor>> {
+            let len = x.elem_count();
+            let Some([address]) = self.addresses([x], len)? else {
+                return Ok(None);
+            };
+            let vectors = len / self.per_vector();
+            let Ok(count) = u32::try_from(vectors) else {
+                return Ok(None);
+            };
+            let device = x.device().as_cuda_device()?;
+            let out = empty(device, DType::F32, (len, 1))?;
+            let blocks = vectors.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32;
+            // SAFETY: x holds `vectors` aligned 16-byte vectors (checked
+            // above), out as many values in f32, 16-byte aligned as every
+            // allocation; the kernel waits for its predecessor before it
+            // reads.
+            unsafe {
+                Launch::new(&self.to_f32)
+                    .arg(&address)
+                    .arg(&device_ptr(&out)?)
+                    .arg(&count)
+                    .run(config(blocks))?;
+            }
+            out.reshape(x.shape()).map(Some)
         }
 
         /// See `FusedOps::rope_write_kv`; `None` where the kernel cannot

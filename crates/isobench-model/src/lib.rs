@@ -108,7 +108,9 @@ pub use candle_core::{DType, Device, Tensor};
 #[cfg(feature = "cuda")]
 #[doc(hidden)]
 pub mod kernels_for_checks {
-    pub use crate::fused::checks::{add_rms_norm, rope_write_kv, silu_mul, silu_mul_counted};
+    pub use crate::fused::checks::{
+        add_rms_norm, rope_write_kv, silu_mul, silu_mul_counted, to_f32_counted,
+    };
     pub use crate::paged_attention::checks::{paged_attention, write_kv};
 }
 

@@ -251,10 +251,11 @@ impl Network {
             let next_norm = self.layers.get(index + 1).map(|next| &next.input_layernorm);
             (xs, normed) = layer.forward((&xs, normed), &ctx, cache.layer(index), next_norm)?;
         }
-        xs.index_select(&step.last_token_rows, 0)?
+        let logits = xs
+            .index_select(&step.last_token_rows, 0)?
             .apply(&self.norm)?
-            .apply(&self.lm_head)?
-            .to_dtype(DType::F32)
+            .apply(&self.lm_head)?;
+        self.fused.to_f32(&logits)
     }
 }
 
