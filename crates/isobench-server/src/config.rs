@@ -694,6 +694,17 @@ mod tests {
         assert_eq!(config.batching.max_running(), 4);
     }
 
+    /// A CUDA server's default token budget is the largest token bucket
+    /// the model captures graphs for, so that continuous batching's steps
+    /// with prompt tokens replay graphs (docs/gpu.md, CUDA graphs).
+    #[test]
+    fn the_cuda_token_budget_is_the_largest_graph_token_bucket() {
+        assert_eq!(
+            isobench_model::DEFAULT_GRAPH_TOKEN_BUCKETS.last().copied(),
+            Some(BatchingDefaults::CUDA.max_num_batched_tokens as usize)
+        );
+    }
+
     #[test]
     fn batching_defaults_follow_the_device() {
         let on = |args: &[&str]| parse(args).unwrap().batching;
