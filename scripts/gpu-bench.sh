@@ -341,7 +341,8 @@ part_serving() {
         log "server $model $policy"
         # 0.8 of free memory is far more pool than these workloads fill
         # (128 x 1,536 tokens, 24 GiB on the 8B shape) and leaves room for
-        # a static batch's whole-prompt prefill (up to 128 x 1,024 tokens).
+        # the activations of a step (at most 8,192 tokens with static and
+        # dynamic batching, docs/server.md).
         [ "$DEVICE" = cpu ] || flags+=(--gpu-memory-fraction 0.8 --cuda-graphs "$CUDA_GRAPHS")
         if ! start_server "$port" "serve-$policy" --model "$model" --dtype "$DTYPE" "${flags[@]}"; then
             FAILED=1; skipped="$skipped $policy(server failed)"; continue

@@ -15,8 +15,11 @@
 //! it does not hold for a live tensor back to the driver at each
 //! synchronisation, and the engine synchronises once a step, so every
 //! eager step would map its activations' memory afresh. The pool here
-//! keeps what it has, as PyTorch's caching allocator does; [`device_memory`]
-//! returns the idle part to the driver before it counts free memory.
+//! keeps what it has, as PyTorch's caching allocator does;
+//! [`release_idle_memory`] returns the idle part to the driver: before
+//! [`device_memory`] counts free memory, and after a step fails (one that
+//! ran out of memory leaves what it did get idle in the pool, where
+//! memory allocated outside it, a CUDA graph's own, cannot have it).
 
 use candle_core::Device;
 
@@ -153,23 +156,35 @@ fn set_cublas_workspace(cuda: &candle_core::CudaDevice) -> Result<(), String> {
     Ok(())
 }
 
-/// Free and total memory of `device`; `None` on the CPU (or if the driver
-/// cannot say). On a GPU it first waits for the device's stream and hands
-/// the memory pool's idle memory back to the driver, so that memory freed
-/// by earlier steps (or by loading) counts as free.
-pub fn device_memory(device: &Device) -> Option<DeviceMemory> {
+/// Waits for the device's stream, then hands the memory pool's idle memory
+/// (what no live tensor holds) back to the driver; nothing on the CPU.
+pub fn release_idle_memory(device: &Device) -> Result<(), ModelError> {
     match device {
         #[cfg(feature = "cuda")]
         Device::Cuda(cuda) => {
-            let stream = cuda.cuda_stream();
-            stream.synchronize().ok()?;
-            let pool = default_pool(cuda).ok()?;
+            let cuda_error = |err: cudarc::driver::DriverError| ModelError::Cuda(err.to_string());
+            cuda.cuda_stream().synchronize().map_err(cuda_error)?;
+            let pool = default_pool(cuda).map_err(cuda_error)?;
             // SAFETY: the pool is the device's own; trimming releases only
             // memory that no allocation holds.
             unsafe { cudarc::driver::sys::cuMemPoolTrimTo(pool, 0) }
                 .result()
-                .ok()?;
-            let (free, total) = stream.context().mem_get_info().ok()?;
+                .map_err(cuda_error)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Free and total memory of `device`; `None` on the CPU (or if the driver
+/// cannot say). On a GPU it first hands the memory pool's idle memory back
+/// to the driver ([`release_idle_memory`]), so that memory freed by earlier
+/// steps (or by loading) counts as free.
+pub fn device_memory(device: &Device) -> Option<DeviceMemory> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(cuda) => {
+            release_idle_memory(device).ok()?;
+            let (free, total) = cuda.cuda_stream().context().mem_get_info().ok()?;
             Some(DeviceMemory {
                 free: free as u64,
                 total: total as u64,

@@ -87,7 +87,7 @@ pub use argmax::{argmax, greedy_tokens};
 pub use batch::{SeqStep, StepBatch};
 pub use cache::KvCache;
 pub use config::{Architecture, ModelConfig, RopeScaling, WeightSeed};
-pub use device::{DeviceMemory, device_memory, parse_device};
+pub use device::{DeviceMemory, device_memory, parse_device, release_idle_memory};
 pub use error::ModelError;
 pub use folder::ModelFolder;
 pub use gguf::export::{Exported, GgufType, export_gguf};

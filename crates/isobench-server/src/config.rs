@@ -191,13 +191,20 @@ impl ServerConfig {
 /// Which batching policy runs, with its knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchingConfig {
-    /// Take up to `max_batch_size` waiting requests, run them to completion.
-    Static { max_batch_size: u32 },
+    /// Take up to `max_batch_size` waiting requests, run them to completion;
+    /// each step computes at most `max_num_batched_tokens` tokens, so a
+    /// batch whose prompts hold more is prefilled over several steps.
+    Static {
+        max_batch_size: u32,
+        max_num_batched_tokens: u32,
+    },
     /// Start a batch at `max_batch_size` requests or once the oldest has
-    /// waited `max_wait`; run it to completion.
+    /// waited `max_wait`; run it to completion, computing at most
+    /// `max_num_batched_tokens` tokens a step as static batching does.
     Dynamic {
         max_batch_size: u32,
         max_wait: Duration,
+        max_num_batched_tokens: u32,
     },
     /// Admit and retire sequences every step, at most `max_num_seqs` running
     /// and `max_num_batched_tokens` computed per step (prefill is chunked).
@@ -226,10 +233,24 @@ impl Default for BatchingConfig {
 /// batch is 1.4 times the tokens/s, and docs/performance.md compares the
 /// budgets ("A larger token budget does not close the `batched` gap").
 /// The CPU keeps the smaller limits its own benchmarks use.
+///
+/// Static and dynamic batching compute up to 8,192 tokens a step on either
+/// device. Their steps once took whole prompts, but a batch of 128 prompts
+/// of 512 to 1,024 tokens is about 98,000 tokens in one step, whose
+/// activations on the 8B shape did not fit beside a KV pool that took 0.8
+/// of an 80 GB GPU's free memory: every such step failed out of memory on
+/// an H100 (docs/performance.md, "The full serving grid on an H100").
+/// Steps of 8,192 tokens peaked 0.9 GiB above continuous batching's 2,048
+/// there, and above about 2,000 tokens a step's GPU time grows in
+/// proportion to its tokens, so a batch prefilled in such chunks costs
+/// what one step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchingDefaults {
     /// `--max-batch-size` of the static and dynamic policies.
     pub max_batch_size: u32,
+    /// `--max-num-batched-tokens` of the static and dynamic policies (raised
+    /// to `--max-batch-size` when that is larger).
+    pub batch_step_tokens: u32,
     /// `--max-num-seqs` of the continuous policy.
     pub max_num_seqs: u32,
     /// `--max-num-batched-tokens` of the continuous policy (raised to
@@ -241,12 +262,14 @@ impl BatchingDefaults {
     /// On the CPU.
     pub const CPU: Self = Self {
         max_batch_size: 32,
+        batch_step_tokens: 8192,
         max_num_seqs: 64,
         max_num_batched_tokens: 512,
     };
     /// On a CUDA device.
     pub const CUDA: Self = Self {
         max_batch_size: 128,
+        batch_step_tokens: 8192,
         max_num_seqs: 128,
         max_num_batched_tokens: 2048,
     };
@@ -275,54 +298,49 @@ impl BatchingConfig {
     /// The most sequences that run at once.
     pub fn max_running(&self) -> u32 {
         match *self {
-            BatchingConfig::Static { max_batch_size } => max_batch_size,
+            BatchingConfig::Static { max_batch_size, .. } => max_batch_size,
             BatchingConfig::Dynamic { max_batch_size, .. } => max_batch_size,
             BatchingConfig::Continuous { max_num_seqs, .. } => max_num_seqs,
         }
     }
 
-    /// The most tokens one step computes: continuous batching's
-    /// `max_num_batched_tokens`; `None` (no bound) for static and dynamic,
-    /// whose prefill steps take whole prompts.
-    pub fn max_step_tokens(&self) -> Option<u32> {
+    /// The most tokens one step computes (`max_num_batched_tokens`).
+    pub fn max_step_tokens(&self) -> u32 {
         match *self {
-            BatchingConfig::Continuous {
+            BatchingConfig::Static {
                 max_num_batched_tokens,
                 ..
-            } => Some(max_num_batched_tokens),
-            BatchingConfig::Static { .. } | BatchingConfig::Dynamic { .. } => None,
+            }
+            | BatchingConfig::Dynamic {
+                max_num_batched_tokens,
+                ..
+            }
+            | BatchingConfig::Continuous {
+                max_num_batched_tokens,
+                ..
+            } => max_num_batched_tokens,
         }
     }
 
     fn validate(&self) -> Result<(), ServerError> {
         let bad = |flag: &'static str, message: String| ServerError::Config { flag, message };
-        match *self {
-            BatchingConfig::Static { max_batch_size }
-            | BatchingConfig::Dynamic { max_batch_size, .. } => {
-                if max_batch_size == 0 {
-                    return Err(bad(
-                        "--max-batch-size",
-                        "got 0; accepted: at least 1".into(),
-                    ));
-                }
-            }
-            BatchingConfig::Continuous {
-                max_num_seqs,
-                max_num_batched_tokens,
-            } => {
-                if max_num_seqs == 0 {
-                    return Err(bad("--max-num-seqs", "got 0; accepted: at least 1".into()));
-                }
-                if max_num_batched_tokens < max_num_seqs {
-                    return Err(bad(
-                        "--max-num-batched-tokens",
-                        format!(
-                            "got {max_num_batched_tokens}, fewer than --max-num-seqs {max_num_seqs}; \
-                             accepted: at least one token per running sequence"
-                        ),
-                    ));
-                }
-            }
+        let flag = match self.kind() {
+            BatchingKind::Static | BatchingKind::Dynamic => "--max-batch-size",
+            BatchingKind::Continuous => "--max-num-seqs",
+        };
+        let max_running = self.max_running();
+        if max_running == 0 {
+            return Err(bad(flag, "got 0; accepted: at least 1".into()));
+        }
+        let max_num_batched_tokens = self.max_step_tokens();
+        if max_num_batched_tokens < max_running {
+            return Err(bad(
+                "--max-num-batched-tokens",
+                format!(
+                    "got {max_num_batched_tokens}, fewer than {flag} {max_running}; \
+                     accepted: at least one token per running sequence"
+                ),
+            ));
         }
         Ok(())
     }
@@ -461,8 +479,9 @@ pub struct BatchingArgs {
     /// CPU, 128 on CUDA].
     #[arg(long)]
     pub max_num_seqs: Option<u32>,
-    /// continuous: tokens computed per step, decode tokens plus prefill
-    /// chunks [default: 512 on the CPU, 2048 on CUDA].
+    /// Tokens computed per step, decode tokens plus prefill chunks; longer
+    /// prompts are prefilled over several steps [default: continuous 512 on
+    /// the CPU, 2048 on CUDA; static and dynamic 8192].
     #[arg(long)]
     pub max_num_batched_tokens: Option<u32>,
 }
@@ -484,20 +503,22 @@ impl BatchingArgs {
         if kind != BatchingKind::Dynamic && self.max_wait.is_some() {
             return Err(reject("--max-wait", "dynamic"));
         }
-        if kind != BatchingKind::Continuous {
-            if self.max_num_seqs.is_some() {
-                return Err(reject("--max-num-seqs", "continuous"));
-            }
-            if self.max_num_batched_tokens.is_some() {
-                return Err(reject("--max-num-batched-tokens", "continuous"));
-            }
+        if kind != BatchingKind::Continuous && self.max_num_seqs.is_some() {
+            return Err(reject("--max-num-seqs", "continuous"));
         }
         let max_batch_size = self.max_batch_size.unwrap_or(defaults.max_batch_size);
+        let batch_step_tokens = self
+            .max_num_batched_tokens
+            .unwrap_or(defaults.batch_step_tokens.max(max_batch_size));
         Ok(match kind {
-            BatchingKind::Static => BatchingConfig::Static { max_batch_size },
+            BatchingKind::Static => BatchingConfig::Static {
+                max_batch_size,
+                max_num_batched_tokens: batch_step_tokens,
+            },
             BatchingKind::Dynamic => BatchingConfig::Dynamic {
                 max_batch_size,
                 max_wait: self.max_wait.unwrap_or(DEFAULT_MAX_WAIT),
+                max_num_batched_tokens: batch_step_tokens,
             },
             BatchingKind::Continuous => {
                 let max_num_seqs = self.max_num_seqs.unwrap_or(defaults.max_num_seqs);
@@ -686,7 +707,24 @@ mod tests {
             config.batching,
             BatchingConfig::Dynamic {
                 max_batch_size: 8,
-                max_wait: Duration::from_millis(20)
+                max_wait: Duration::from_millis(20),
+                max_num_batched_tokens: 8192
+            }
+        );
+        let config = parse(&[
+            "--batching",
+            "static",
+            "--max-batch-size",
+            "8",
+            "--max-num-batched-tokens",
+            "100",
+        ])
+        .unwrap();
+        assert_eq!(
+            config.batching,
+            BatchingConfig::Static {
+                max_batch_size: 8,
+                max_num_batched_tokens: 100
             }
         );
         let config = parse(&["--kv-memory", "64MiB", "--max-num-seqs", "4"]).unwrap();
@@ -725,14 +763,27 @@ mod tests {
                 "{device}"
             );
         }
-        assert_eq!(on(&["--batching", "static"]).max_running(), 32);
         assert_eq!(
-            on(&["--device", "cuda:0", "--batching", "static"]).max_running(),
-            128
+            on(&["--batching", "static"]),
+            BatchingConfig::Static {
+                max_batch_size: 32,
+                max_num_batched_tokens: 8192
+            }
         );
         assert_eq!(
-            on(&["--device", "cuda:0", "--batching", "dynamic"]).max_running(),
-            128
+            on(&["--device", "cuda:0", "--batching", "static"]),
+            BatchingConfig::Static {
+                max_batch_size: 128,
+                max_num_batched_tokens: 8192
+            }
+        );
+        assert_eq!(
+            on(&["--device", "cuda:0", "--batching", "dynamic"]),
+            BatchingConfig::Dynamic {
+                max_batch_size: 128,
+                max_wait: DEFAULT_MAX_WAIT,
+                max_num_batched_tokens: 8192
+            }
         );
         // A flag given wins over the device's default; the token budget is
         // raised to a sequence limit above it.
@@ -745,7 +796,11 @@ mod tests {
         );
         assert_eq!(
             on(&["--device", "cuda:0", "--max-num-seqs", "4096"]).max_step_tokens(),
-            Some(4096)
+            4096
+        );
+        assert_eq!(
+            on(&["--batching", "dynamic", "--max-batch-size", "10000"]).max_step_tokens(),
+            10000
         );
     }
 
@@ -760,6 +815,19 @@ mod tests {
         assert!(err.contains("--max-batch-size"), "{err}");
         let err = parse(&["--max-num-seqs", "64", "--max-num-batched-tokens", "8"]).unwrap_err();
         assert!(err.contains("--max-num-batched-tokens"), "{err}");
+        let err = parse(&[
+            "--batching",
+            "static",
+            "--max-batch-size",
+            "16",
+            "--max-num-batched-tokens",
+            "8",
+        ])
+        .unwrap_err();
+        assert!(
+            err.contains("--max-num-batched-tokens") && err.contains("--max-batch-size 16"),
+            "{err}"
+        );
         let err = parse(&["--kv-blocks", "4", "--kv-memory", "1MiB"]).unwrap_err();
         assert!(err.contains("--kv-memory"), "{err}");
     }

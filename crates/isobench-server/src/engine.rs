@@ -527,9 +527,14 @@ impl Engine {
         }
     }
 
-    /// A model error: every sequence of the step fails.
+    /// A model error: every sequence of the step fails, and on a GPU the
+    /// memory pool's idle memory goes back to the driver, so that a step
+    /// that ran out of memory leaves none of it behind for the next.
     fn fail_step(&mut self, message: &str) {
         tracing::error!(error = message, "model step failed");
+        if let Err(err) = isobench_model::release_idle_memory(self.model.device()) {
+            tracing::error!(error = %err, "cannot release the failed step's memory");
+        }
         // The text the requests were owed comes before their failure.
         self.make_unsent_text();
         let rows: Vec<usize> = self

@@ -9,7 +9,10 @@
 //! # async fn run() -> Result<(), isobench_server::ServerError> {
 //! let mut config = ServerConfig::new("models/tiny-llama");
 //! config.port = 0; // any free port
-//! config.batching = BatchingConfig::Static { max_batch_size: 8 };
+//! config.batching = BatchingConfig::Static {
+//!     max_batch_size: 8,
+//!     max_num_batched_tokens: 8192,
+//! };
 //! let server = Server::start(config).await?;
 //! println!("OpenAI API at {}/v1, model {}", server.url(), server.model_name());
 //! server.shutdown().await;

@@ -124,7 +124,7 @@ impl Loaded {
         )?;
         let vocab_size = model_config.vocab_size as u32;
         let warm_up = warm_up(model.as_mut(), &mut cache)?;
-        let step_tokens = config.batching.max_step_tokens().unwrap_or(u32::MAX);
+        let step_tokens = config.batching.max_step_tokens();
         let graph_captures = capture_graphs(
             model.as_mut(),
             &mut cache,

@@ -9,7 +9,9 @@
 //! blocks do not fit stops admission (no overtaking, so no starvation).
 //!
 //! - [`StaticBatching`]: when nothing runs, take up to `max_batch_size`
-//!   waiting requests and run them to completion.
+//!   waiting requests and run them to completion; each step computes at
+//!   most `max_num_batched_tokens` tokens, so a batch whose prompts hold
+//!   more is prefilled over several steps (which bounds a step's memory).
 //! - [`DynamicBatching`]: like static, but wait until `max_batch_size`
 //!   requests are queued or the oldest has waited `max_wait`.
 //! - [`ContinuousBatching`]: admit at every step while fewer than
@@ -67,13 +69,21 @@ pub trait BatchingPolicy: Send {
 /// The policy a configuration names.
 pub fn from_config(config: &BatchingConfig) -> Box<dyn BatchingPolicy> {
     match *config {
-        BatchingConfig::Static { max_batch_size } => Box::new(StaticBatching { max_batch_size }),
+        BatchingConfig::Static {
+            max_batch_size,
+            max_num_batched_tokens,
+        } => Box::new(StaticBatching {
+            max_batch_size,
+            max_num_batched_tokens,
+        }),
         BatchingConfig::Dynamic {
             max_batch_size,
             max_wait,
+            max_num_batched_tokens,
         } => Box::new(DynamicBatching {
             max_batch_size,
             max_wait,
+            max_num_batched_tokens,
         }),
         BatchingConfig::Continuous {
             max_num_seqs,
@@ -105,6 +115,7 @@ fn fitting_prefix(waiting: &[WaitingEntry], max_count: usize, free_blocks: u32) 
 #[derive(Debug, Clone)]
 pub struct StaticBatching {
     pub max_batch_size: u32,
+    pub max_num_batched_tokens: u32,
 }
 
 impl BatchingPolicy for StaticBatching {
@@ -123,7 +134,7 @@ impl BatchingPolicy for StaticBatching {
     }
 
     fn step_token_budget(&self) -> usize {
-        usize::MAX
+        self.max_num_batched_tokens as usize
     }
 }
 
@@ -131,6 +142,7 @@ impl BatchingPolicy for StaticBatching {
 pub struct DynamicBatching {
     pub max_batch_size: u32,
     pub max_wait: Duration,
+    pub max_num_batched_tokens: u32,
 }
 
 impl BatchingPolicy for DynamicBatching {
@@ -160,7 +172,7 @@ impl BatchingPolicy for DynamicBatching {
     }
 
     fn step_token_budget(&self) -> usize {
-        usize::MAX
+        self.max_num_batched_tokens as usize
     }
 }
 
@@ -234,7 +246,10 @@ mod tests {
     fn static_takes_a_batch_only_when_idle() {
         let t0 = Instant::now();
         let waiting = queue(t0, &[1, 1, 1, 1, 1]);
-        let mut policy = StaticBatching { max_batch_size: 3 };
+        let mut policy = StaticBatching {
+            max_batch_size: 3,
+            max_num_batched_tokens: 64,
+        };
         assert_eq!(policy.admit(&snapshot(t0, &waiting, 0, 100)).count, 3);
         assert_eq!(policy.admit(&snapshot(t0, &waiting, 1, 100)).count, 0);
         assert_eq!(policy.admit(&snapshot(t0, &waiting[..2], 0, 100)).count, 2);
@@ -244,7 +259,10 @@ mod tests {
     fn admission_stops_at_the_first_request_that_does_not_fit() {
         let t0 = Instant::now();
         let waiting = queue(t0, &[4, 10, 1]);
-        let mut policy = StaticBatching { max_batch_size: 8 };
+        let mut policy = StaticBatching {
+            max_batch_size: 8,
+            max_num_batched_tokens: 64,
+        };
         assert_eq!(policy.admit(&snapshot(t0, &waiting, 0, 12)).count, 1);
         assert_eq!(policy.admit(&snapshot(t0, &waiting, 0, 15)).count, 3);
         let mut policy = ContinuousBatching {
@@ -261,6 +279,7 @@ mod tests {
         let mut policy = DynamicBatching {
             max_batch_size: 4,
             max_wait,
+            max_num_batched_tokens: 64,
         };
         let waiting = queue(t0, &[1, 1]);
         let early = policy.admit(&snapshot(t0 + Duration::from_millis(10), &waiting, 0, 100));

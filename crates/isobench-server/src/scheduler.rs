@@ -352,6 +352,13 @@ mod tests {
         })
     }
 
+    fn static_batching(max_batch_size: u32, budget: u32) -> Box<dyn BatchingPolicy> {
+        Box::new(StaticBatching {
+            max_batch_size,
+            max_num_batched_tokens: budget,
+        })
+    }
+
     fn seq(id: u32, prompt_len: u32) -> Sequence<u32> {
         Sequence::new(
             Instant::now(),
@@ -400,6 +407,40 @@ mod tests {
         assert_eq!(state.running()[0].output().len(), 4);
     }
 
+    /// A static batch whose prompts exceed the step's token budget is
+    /// prefilled over several steps; a sequence whose prompt is done
+    /// decodes beside the rest's chunks, and no request joins meanwhile.
+    #[test]
+    fn static_batch_prefill_is_chunked_by_the_token_budget() {
+        let mut state = State::new(BlockPool::new(64, 4), static_batching(3, 8));
+        state.push_waiting(seq(0, 5));
+        state.push_waiting(seq(1, 6));
+        state.push_waiting(seq(2, 4));
+        let first = summary(step(&mut state, 7));
+        assert_eq!(
+            (first.admitted, first.decode_tokens, first.prefill_tokens),
+            (3, 0, 8)
+        );
+        state.push_waiting(seq(3, 2));
+        // Seq 0's 5 tokens and 3 of seq 1's 6 are in: seq 0 decodes beside
+        // the last 3 of seq 1 and seq 2's 4.
+        let second = summary(step(&mut state, 7));
+        assert_eq!(
+            (second.admitted, second.decode_tokens, second.prefill_tokens),
+            (0, 1, 7)
+        );
+        let third = summary(step(&mut state, 7));
+        assert_eq!(
+            (third.admitted, third.decode_tokens, third.prefill_tokens),
+            (0, 3, 0)
+        );
+        for (running, output_len) in state.running().iter().zip([3, 2, 2]) {
+            assert_eq!(running.num_computed, running.tokens.len() - 1);
+            assert_eq!(running.output().len(), output_len);
+        }
+        assert_eq!(state.waiting().len(), 1);
+    }
+
     #[test]
     fn batch_carries_positions_slots_and_block_tables() {
         let mut state = State::new(BlockPool::new(8, 4), continuous(8, 64));
@@ -425,10 +466,7 @@ mod tests {
     #[test]
     fn pool_exhaustion_preempts_the_newest_and_recomputes_it_later() {
         // 4 blocks of 2 tokens; two 3-token prompts take 2 blocks each.
-        let mut state = State::new(
-            BlockPool::new(4, 2),
-            Box::new(StaticBatching { max_batch_size: 2 }),
-        );
+        let mut state = State::new(BlockPool::new(4, 2), static_batching(2, 64));
         state.push_waiting(seq(0, 3));
         state.push_waiting(seq(1, 3));
         step(&mut state, 5); // prefill both; each now has 4 tokens in 2 blocks
@@ -452,10 +490,7 @@ mod tests {
 
     #[test]
     fn static_batch_runs_to_completion_before_the_next_is_admitted() {
-        let mut state = State::new(
-            BlockPool::new(16, 4),
-            Box::new(StaticBatching { max_batch_size: 2 }),
-        );
+        let mut state = State::new(BlockPool::new(16, 4), static_batching(2, 64));
         for id in 0..3 {
             state.push_waiting(seq(id, 2));
         }
@@ -471,6 +506,7 @@ mod tests {
         let policy = Box::new(crate::policy::DynamicBatching {
             max_batch_size: 4,
             max_wait: Duration::from_secs(60),
+            max_num_batched_tokens: 64,
         });
         let mut state: State<u32> = State::new(BlockPool::new(16, 4), policy);
         assert_eq!(

@@ -459,7 +459,10 @@ async fn max_model_len_bounds_requests_and_serves_them_whole() {
 async fn full_waiting_queue_gets_429_with_retry_after() {
     // One running at a time and one waiting place.
     let server = start(|c| {
-        c.batching = BatchingConfig::Static { max_batch_size: 1 };
+        c.batching = BatchingConfig::Static {
+            max_batch_size: 1,
+            max_num_batched_tokens: 8192,
+        };
         c.max_waiting = 1;
     })
     .await;

@@ -96,8 +96,13 @@ async fn check_solo_outputs_with_lengths(
 
 #[tokio::test]
 async fn static_batching_keeps_solo_outputs() {
+    // 8 tokens a step: every batch's prompts are prefilled over several
+    // steps, beside the decodes of those whose prompts are done.
     let server = check_batching_keeps_solo_outputs(|c| {
-        c.batching = BatchingConfig::Static { max_batch_size: 4 }
+        c.batching = BatchingConfig::Static {
+            max_batch_size: 4,
+            max_num_batched_tokens: 8,
+        }
     })
     .await;
     server.shutdown().await;
@@ -109,6 +114,7 @@ async fn dynamic_batching_keeps_solo_outputs() {
         c.batching = BatchingConfig::Dynamic {
             max_batch_size: 4,
             max_wait: Duration::from_millis(20),
+            max_num_batched_tokens: 8192,
         }
     })
     .await;
@@ -165,7 +171,10 @@ async fn preemption_under_static_batching_keeps_outputs_and_frees_every_block() 
     let server = check_solo_outputs_with_lengths(
         |c| {
             tiny_pool(c);
-            c.batching = BatchingConfig::Static { max_batch_size: 6 };
+            c.batching = BatchingConfig::Static {
+                max_batch_size: 6,
+                max_num_batched_tokens: 16,
+            };
         },
         30,
         6,

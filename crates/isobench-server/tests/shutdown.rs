@@ -43,6 +43,7 @@ async fn requests_still_running_at_the_timeout_end_with_an_error() {
         c.batching = BatchingConfig::Dynamic {
             max_batch_size: 3,
             max_wait: Duration::from_secs(3600),
+            max_num_batched_tokens: 8192,
         };
         c.limits.shutdown_timeout = Duration::from_millis(100);
     })

@@ -179,14 +179,18 @@ impl Target {
 /// tokens a step)`.
 pub fn describe_batching(batching: &BatchingConfig) -> String {
     match *batching {
-        BatchingConfig::Static { max_batch_size } => {
-            format!("static batching (max batch {max_batch_size})")
-        }
+        BatchingConfig::Static {
+            max_batch_size,
+            max_num_batched_tokens,
+        } => format!(
+            "static batching (max batch {max_batch_size}, {max_num_batched_tokens} tokens a step)"
+        ),
         BatchingConfig::Dynamic {
             max_batch_size,
             max_wait,
+            max_num_batched_tokens,
         } => format!(
-            "dynamic batching (max batch {max_batch_size}, max wait {} ms)",
+            "dynamic batching (max batch {max_batch_size}, max wait {} ms, {max_num_batched_tokens} tokens a step)",
             max_wait.as_millis()
         ),
         BatchingConfig::Continuous {
