@@ -42,20 +42,25 @@ async fn check_batching_keeps_solo_outputs(
     check_solo_outputs_with_lengths(configure, 10, 4).await
 }
 
+/// The value of the `/metrics` line that starts with `prefix`.
+fn metric(server: &ServerHandle, prefix: &str) -> u64 {
+    let text = server.metrics_text();
+    text.lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .and_then(|rest| rest.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `{prefix}` in /metrics:\n{text}"))
+}
+
 /// Engine steps so far: (all, of one sequence, of at most `limit`), from
 /// the `isobench_batch_size` histogram of `/metrics`.
 fn batch_steps(server: &ServerHandle, limit: usize) -> (u64, u64, u64) {
-    let text = server.metrics_text();
-    let value = |prefix: &str| -> u64 {
-        text.lines()
-            .find_map(|line| line.strip_prefix(prefix))
-            .and_then(|rest| rest.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no `{prefix}` in /metrics:\n{text}"))
-    };
     (
-        value("isobench_batch_size_count "),
-        value("isobench_batch_size_bucket{le=\"1\"} "),
-        value(&format!("isobench_batch_size_bucket{{le=\"{limit}\"}} ")),
+        metric(server, "isobench_batch_size_count "),
+        metric(server, "isobench_batch_size_bucket{le=\"1\"} "),
+        metric(
+            server,
+            &format!("isobench_batch_size_bucket{{le=\"{limit}\"}} "),
+        ),
     )
 }
 
@@ -96,8 +101,9 @@ async fn check_solo_outputs_with_lengths(
 
 #[tokio::test]
 async fn static_batching_keeps_solo_outputs() {
-    // 8 tokens a step: every batch's prompts are prefilled over several
-    // steps, beside the decodes of those whose prompts are done.
+    // 8 tokens a step: every batch's prompts (the second alone is more
+    // than 8 tokens) are prefilled over several steps, beside the decodes
+    // of those whose prompts are done.
     let server = check_batching_keeps_solo_outputs(|c| {
         c.batching = BatchingConfig::Static {
             max_batch_size: 4,
@@ -105,6 +111,11 @@ async fn static_batching_keeps_solo_outputs() {
         }
     })
     .await;
+    assert_eq!(
+        metric(&server, "isobench_step_tokens_bucket{le=\"8\"} "),
+        metric(&server, "isobench_step_tokens_count "),
+        "a step computed more than 8 tokens"
+    );
     server.shutdown().await;
 }
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Does a server recover from a step that ran out of device memory? For each
-# build NAME (.gpu/NAME/isobench.xz): serve the 8B shape with static batching
-# whose step takes a whole batch's prompts (FLAGS_NAME), run `long` at 128
-# (128 prompts of 512-1,024 tokens in one step: out of memory on an H100),
-# then `chat` at 8 and `long` at 8 on the same server; print each run's tail.
+# Does a server recover from a step that ran out of device memory? Each
+# argument is NAME or NAME:FLAGS, a build (.gpu/NAME/isobench.xz) and extra
+# `serve` flags: serve the 8B shape with static batching (FLAGS must make a
+# step take a whole batch's prompts on a build that bounds it, e.g.
+# --max-num-batched-tokens 131072), then run RUNS (default: `long` at 128,
+# 128 prompts of 512-1,024 tokens in one step, out of memory on an H100;
+# then `chat` at 8 and `long` at 8) on the same server, each spec
+# WORKLOAD:CONCURRENCY:REQUESTS:WARMUP; print each run's outcome.
 set -u
 M=models/llama-3-8b-shape
 port=18490
