@@ -40,7 +40,9 @@
 # time has passed, and the summary lists what was skipped; --turns N
 # (default 2) sends N measured requests per concurrency slot in a serving
 # run (at least 16, 8 on the 8B shape), after one warm-up request per
-# slot; --max-num-batched-tokens N (default
+# slot (`batched`, whose equal answers keep continuous batching's
+# start-up waves apart all run, needs 4 or more for its tok/s to show
+# steady state: docs/gpu.md); --max-num-batched-tokens N (default
 # 2048) is the continuous policy's token budget per step; --cuda-graphs
 # off (default on) serves with eager steps only, to measure what the
 # graphs buy under the same load (give it its own OUTDIR).
