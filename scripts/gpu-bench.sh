@@ -40,9 +40,9 @@
 # time has passed, and the summary lists what was skipped; --turns N
 # (default 2) sends N measured requests per concurrency slot in a serving
 # run (at least 16, 8 on the 8B shape), after one warm-up request per
-# slot (`batched`, whose equal answers keep continuous batching's
-# start-up waves apart all run, needs 4 or more for its tok/s to show
-# steady state: docs/gpu.md); --max-num-batched-tokens N (default
+# slot; `batched` runs at least 4 rounds (its equal answers keep
+# continuous batching's start-up waves apart all run: docs/gpu.md);
+# --max-num-batched-tokens N (default
 # 2048) is the continuous policy's token budget per step; --cuda-graphs
 # off (default on) serves with eager steps only, to measure what the
 # graphs buy under the same load (give it its own OUTDIR).
@@ -176,6 +176,11 @@ EOF
 }
 
 gpu_info() {
+    # A dry run on the CPU names the processor instead.
+    if [ "$DEVICE" = cpu ]; then
+        echo "cpu (dry run): $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+        return
+    fi
     nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader >"$RAW/nvidia-smi.csv" 2>&1 \
         || { echo "gpu-bench: nvidia-smi failed: $(cat "$RAW/nvidia-smi.csv")" >&2; exit 2; }
     cat "$RAW/nvidia-smi.csv"
@@ -309,10 +314,20 @@ part_hf() {
     say "$(grep -v '^{' "$RAW/hf_decode_bench.txt" | tail -40)"
 }
 
-# Requests per run: every concurrency slot turns over --turns times.
+# Measured rounds per run: --turns, and at least 4 for `batched`. Its
+# answers are all 64 tokens, so the waves in which continuous batching
+# admits the closed loop's first burst stay apart all run; the measured
+# window carries their spread once, which two rounds do not amortize
+# (docs/gpu.md).
+turns_for() {
+    local workload="$1"
+    if [ "$workload" = batched ] && [ "$TURNS" -lt 4 ]; then echo 4; else echo "$TURNS"; fi
+}
+
+# Requests per run: every concurrency slot turns over `turns` times.
 requests_for() {
-    local c="$1" min="$2"
-    echo $((c * TURNS > min ? c * TURNS : min))
+    local c="$1" min="$2" turns="$3"
+    echo $((c * turns > min ? c * turns : min))
 }
 
 # Warm-up requests per run: the closed loop's first round (one request per
@@ -332,6 +347,7 @@ part_serving() {
     need "$BIN/isobench"
     echo "GPU: $(gpu_info)" >>"$SUMMARY"
     echo "CUDA graphs: $CUDA_GRAPHS" >>"$SUMMARY"
+    echo "measured rounds a run: $TURNS (batched: $(turns_for batched)), after one warm-up round" >>"$SUMMARY"
     local port=18471 policy flags workload c out skipped=""
     for policy in $POLICIES; do
         case "$policy" in
@@ -357,7 +373,8 @@ part_serving() {
                 log "$policy $workload concurrency $c"
                 "$BIN/isobench" run "workloads/$workload.toml" --target "http://127.0.0.1:$port" \
                     --tokenizer "$model/tokenizer.json" --usage-per-event --arrival closed --concurrency "$c" \
-                    --max-requests "$(requests_for "$c" "$min_requests")" --warmup "$(warmup_for "$c")" \
+                    --max-requests "$(requests_for "$c" "$min_requests" "$(turns_for "$workload")")" \
+                    --warmup "$(warmup_for "$c")" \
                     --quiet --output "$out" --log "${out%.json}.requests.jsonl" \
                     >"${out%.json}.txt" 2>&1 \
                     || { log "run failed (exit $?): $(tail -2 "${out%.json}.txt" | tr '\n' ' ')"; }
