@@ -346,7 +346,7 @@ part_serving() {
     model="${model%/}"
     need "$BIN/isobench"
     echo "GPU: $(gpu_info)" >>"$SUMMARY"
-    echo "CUDA graphs: $CUDA_GRAPHS" >>"$SUMMARY"
+    if [ "$DEVICE" = cpu ]; then echo "CUDA graphs: none (cpu)" >>"$SUMMARY"; else echo "CUDA graphs: $CUDA_GRAPHS" >>"$SUMMARY"; fi
     echo "measured rounds a run: $TURNS (batched: $(turns_for batched)), after one warm-up round" >>"$SUMMARY"
     local port=18471 policy flags workload c out skipped=""
     for policy in $POLICIES; do
