@@ -347,7 +347,7 @@ part_serving() {
     need "$BIN/isobench"
     echo "GPU: $(gpu_info)" >>"$SUMMARY"
     if [ "$DEVICE" = cpu ]; then echo "CUDA graphs: none (cpu)" >>"$SUMMARY"; else echo "CUDA graphs: $CUDA_GRAPHS" >>"$SUMMARY"; fi
-    echo "measured rounds a run: $TURNS (batched: $(turns_for batched)), after one warm-up round" >>"$SUMMARY"
+    echo "measured requests a run: concurrency x $TURNS rounds (batched: x $(turns_for batched)), at least $min_requests, after one warm-up round" >>"$SUMMARY"
     local port=18471 policy flags workload c out skipped=""
     for policy in $POLICIES; do
         case "$policy" in
