@@ -4,12 +4,24 @@
 # benchmarks, and prints the summary table last. docs/gpu.md says how to
 # build the binaries (into .gpu/) and carry them there.
 #
-#   scripts/gpu-bench.sh --part PART OUTDIR [--policy P] [--workloads LIST]
+#   scripts/gpu-bench.sh [--part PART] OUTDIR [--policy P] [--workloads LIST]
 #                        [--concurrency LIST] [--model DIR] [--budget SECONDS]
 #                        [--turns N] [--max-num-batched-tokens N]
 #                        [--cuda-graphs on|off]
+#   scripts/gpu-bench.sh --part targets PATH...
 #
-# PART (each fits in the device tool's 10 minutes per command):
+# PART:
+#   all         (the default) every part below, in this order, into OUTDIR,
+#               going on past a part that fails, the serving parts without
+#               a time budget unless --budget is given; then `targets` over
+#               OUTDIR, printed last and kept in OUTDIR/targets-summary.txt.
+#               It takes longer than the device tool's 10 minutes a
+#               command: there, run the parts one per call, then `targets`.
+#   targets     issue 6's targets judged from what parts left under the
+#               PATHs (PART.tar.gz and PART-summary.txt, found in folders
+#               and inside the tarballs a call returns), from any number of
+#               calls (scripts/gpu_bench_report.py; runs anywhere)
+# and each of these fits in the device tool's 10 minutes:
 #   checks      nvidia-smi, then the three below (needs all three binaries)
 #   check-kernels  .gpu/gpu_kernels: the paged-attention kernels, the
 #                  greedy argmax and the sampler
@@ -36,8 +48,9 @@
 # log) and PART-summary.txt (the table printed last). --policy,
 # --workloads and --concurrency narrow a serving part (to split it over
 # several calls); --model DIR serves another folder in a serving part;
-# --budget (default 510 s) stops starting new serving runs once that much
-# time has passed, and the summary lists what was skipped; --turns N
+# --budget (default 510 s; 0 for none, the default of `all`) stops
+# starting new serving runs once that much time has passed, and the
+# summary lists what was skipped; --turns N
 # (default 2) sends N measured requests per concurrency slot in a serving
 # run (at least 16, 8 on the 8B shape), after one warm-up request per
 # slot; `batched` runs at least 4 rounds (its equal answers keep
@@ -57,12 +70,13 @@ usage() {
     exit 2
 }
 
+ARGS=("$@")
 PART=""
-OUTDIR=""
+PATHS=()
 POLICIES="static dynamic continuous"
 WORKLOADS="short long batched chat"
 CONCURRENCY="1 8 32 64 128"
-BUDGET=510
+BUDGET=""
 TURNS=2
 MAX_TOKENS=2048
 CUDA_GRAPHS=on
@@ -84,24 +98,47 @@ while [ $# -gt 0 ]; do
         --cuda-graphs) CUDA_GRAPHS="${2:?--cuda-graphs needs on or off}"; shift 2 ;;
         -h|--help) usage ;;
         -*) echo "gpu-bench: unknown flag $1; accepted: --part, --policy, --workloads, --concurrency, --model, --budget, --turns, --max-num-batched-tokens, --cuda-graphs" >&2; exit 2 ;;
-        *) [ -z "$OUTDIR" ] || { echo "gpu-bench: one OUTDIR only (got $OUTDIR and $1)" >&2; exit 2; }
-           OUTDIR="$1"; shift ;;
+        *) PATHS+=("$1"); shift ;;
     esac
 done
+PART="${PART:-all}"
 case "$PART" in
-    checks|check-kernels|check-model|check-server|steps|hf|serving-1b|serving-8b) ;;
-    *) echo "gpu-bench: --part must be one of checks, check-kernels, check-model, check-server, steps, hf, serving-1b, serving-8b (got '${PART}')" >&2; exit 2 ;;
+    all|targets|checks|check-kernels|check-model|check-server|steps|hf|serving-1b|serving-8b) ;;
+    *) echo "gpu-bench: --part must be one of all, targets, checks, check-kernels, check-model, check-server, steps, hf, serving-1b, serving-8b (got '${PART}')" >&2; exit 2 ;;
 esac
-[ -n "$OUTDIR" ] || { echo "gpu-bench: give the output folder, e.g. \$OUT/gpu" >&2; exit 2; }
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+if [ "$PART" = targets ]; then
+    [ "${#PATHS[@]}" -gt 0 ] || { echo "gpu-bench: --part targets needs the folders or tarballs the parts wrote, e.g. \$OUT/gpu" >&2; exit 2; }
+    exec python3 "$ROOT/scripts/gpu_bench_report.py" targets "${PATHS[@]}"
+fi
+[ "${#PATHS[@]}" -gt 0 ] || { echo "gpu-bench: give the output folder, e.g. \$OUT/gpu" >&2; exit 2; }
+[ "${#PATHS[@]}" -eq 1 ] || { echo "gpu-bench: one OUTDIR only (got ${PATHS[*]})" >&2; exit 2; }
+OUTDIR="${PATHS[0]}"
+case "$BUDGET" in
+    '') [ "$PART" = all ] && BUDGET=0 || BUDGET=510 ;;
+    *[!0-9]*) echo "gpu-bench: --budget must be a whole number of seconds, 0 for none (got '$BUDGET')" >&2; exit 2 ;;
+esac
 case "$TURNS" in ''|*[!0-9]*|0) echo "gpu-bench: --turns must be a whole number of at least 1 (got '$TURNS')" >&2; exit 2 ;; esac
 case "$CUDA_GRAPHS" in on|off) ;; *) echo "gpu-bench: --cuda-graphs must be on or off (got '$CUDA_GRAPHS')" >&2; exit 2 ;; esac
 for p in $POLICIES; do
     case "$p" in static|dynamic|continuous) ;; *) echo "gpu-bench: --policy $p: accepted: static, dynamic, continuous" >&2; exit 2 ;; esac
 done
 
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 mkdir -p "$OUTDIR"
+
+# Every part in turn, each a run of this script with the same flags, then
+# the targets over what they left.
+if [ "$PART" = all ]; then
+    failed=""
+    for part in checks steps hf serving-1b serving-8b; do
+        echo "[gpu-bench] part $part" >&2
+        "$ROOT/scripts/gpu-bench.sh" "${ARGS[@]}" --budget "$BUDGET" --part "$part" || failed="$failed $part"
+    done
+    python3 scripts/gpu_bench_report.py targets "$OUTDIR" | tee "$OUTDIR/targets-summary.txt"
+    [ -z "$failed" ] || { echo "gpu-bench: parts that failed or did not finish:$failed" | tee -a "$OUTDIR/targets-summary.txt"; exit 1; }
+    exit 0
+fi
 WORK="$(mktemp -d /tmp/gpu-bench.XXXXXX)"
 RAW="$WORK/$PART"
 mkdir -p "$RAW"
@@ -341,6 +378,11 @@ warmup_for() {
     echo $((c > 2 ? c : 2))
 }
 
+# True once a serving part has run for --budget seconds (never with 0).
+past_budget() {
+    [ "$BUDGET" -gt 0 ] && [ $((SECONDS - START)) -ge "$BUDGET" ]
+}
+
 part_serving() {
     local model="${MODEL:-models/$1}" min_requests="$2"
     model="${model%/}"
@@ -355,7 +397,7 @@ part_serving() {
             dynamic) flags=(--batching dynamic --max-batch-size 128 --max-wait 50ms) ;;
             continuous) flags=(--batching continuous --max-num-seqs 128 --max-num-batched-tokens "$MAX_TOKENS") ;;
         esac
-        if [ $((SECONDS - START)) -ge "$BUDGET" ]; then skipped="$skipped $policy(all)"; continue; fi
+        if past_budget; then skipped="$skipped $policy(all)"; continue; fi
         log "server $model $policy"
         # 0.8 of free memory is far more pool than these workloads fill
         # (128 x 1,536 tokens, 24 GiB on the 8B shape) and leaves room for
@@ -367,7 +409,7 @@ part_serving() {
         fi
         for workload in $WORKLOADS; do
             for c in $CONCURRENCY; do
-                if [ $((SECONDS - START)) -ge "$BUDGET" ]; then skipped="$skipped $policy/$workload/c$c"; continue; fi
+                if past_budget; then skipped="$skipped $policy/$workload/c$c"; continue; fi
                 out="$RAW/$policy/$workload-c$c.json"
                 mkdir -p "$RAW/$policy"
                 log "$policy $workload concurrency $c"
@@ -390,76 +432,7 @@ EOF
         port=$((port + 1))
     done
     [ -z "$skipped" ] || echo "not run (past the ${BUDGET}s budget, or the server failed):$skipped" >>"$SUMMARY"
-    python3 - "$RAW" "$model" "$DTYPE" >>"$SUMMARY" <<'EOF'
-import json, pathlib, sys
-raw, model = pathlib.Path(sys.argv[1]), sys.argv[2]
-rows = {}
-for path in sorted(raw.glob("*/*.json")):
-    policy = path.parent.name
-    workload, c = path.stem.rsplit("-c", 1)
-    r = json.loads(path.read_text())
-    s, gpu = r["summary"], r.get("gpu") or {}
-    lat = s["latency"]
-    def ms(metric, p):
-        stats = lat.get(metric)
-        return stats[p] if stats else None
-    rows[(workload, int(c), policy)] = {
-        "tok_s": s["throughput"]["output_tokens_per_s"],
-        "ttft50": ms("ttft", "p50_ms"), "ttft99": ms("ttft", "p99_ms"),
-        "tpot50": ms("tpot", "p50_ms"), "tpot99": ms("tpot", "p99_ms"),
-        "j_tok": gpu.get("energy_per_output_token_j"),
-        "busy": 100 * gpu["device_busy_share"] if gpu.get("device_busy_share") is not None else None,
-        "peak_gib": gpu["peak_memory_bytes"] / 2**30 if gpu else None,
-        "ok": s["requests"]["completed"], "failed": s["requests"]["failed"],
-        "valid": r["validity"]["valid"],
-    }
-def f(v, fmt):
-    width = int(fmt.split(".")[0] or 0)
-    return "-".rjust(width) if v is None else format(v, fmt)
-print(f"\nserving {model} ({sys.argv[3]}, closed loop; TTFT/TPOT in ms; J/token and peak memory from NVML; "
-      "busy % = the measured window's share spent in model forwards, CUDA events)")
-print(f"{'workload':9} {'conc':>4} {'policy':11} {'out tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
-      f"{'TPOT p50':>8} {'TPOT p99':>8} {'J/token':>8} {'peak GiB':>8} {'busy %':>6} {'ok/fail':>8}")
-for workload, c, policy in sorted(rows, key=lambda k: (k[0], k[1], ["static", "dynamic", "continuous"].index(k[2]))):
-    r = rows[(workload, c, policy)]
-    print(f"{workload:9} {c:>4} {policy:11} {f(r['tok_s'], '9.1f')} {f(r['ttft50'], '9.1f')} {f(r['ttft99'], '9.1f')} "
-          f"{f(r['tpot50'], '8.2f')} {f(r['tpot99'], '8.2f')} {f(r['j_tok'], '8.4f')} {f(r['peak_gib'], '8.1f')} "
-          f"{f(r['busy'], '6.0f')} {r['ok']:>4}/{r['failed']:<3}{'' if r['valid'] else ' INVALID'}")
-print("\nengine step phases per policy over all its runs (mean ms per step, host clock; "
-      "logits includes the wait for the GPU; device = CUDA-event time of forwards; "
-      "GPU share = device time over the host phases' sum; the rest is the tokens' choice on the GPU and the host's own work between steps):")
-for metrics_path in sorted(raw.glob("*/server-metrics.txt")):
-    sums, counts = {}, {}
-    for line in metrics_path.read_text().splitlines():
-        for name, into in (("isobench_step_seconds_sum", sums), ("isobench_step_seconds_count", counts),
-                           ("isobench_step_device_seconds_sum", sums), ("isobench_step_device_seconds_count", counts)):
-            if line.startswith(name + "{"):
-                phase = line.split('phase="')[1].split('"')[0]
-                key = ("device " if "device" in name else "") + phase
-                into[key] = float(line.split()[-1])
-    parts = [f"{k} {1000 * sums[k] / counts[k]:.2f}" for k in sums if counts.get(k)]
-    host = sum(v for k, v in sums.items() if not k.startswith("device "))
-    device = sum(v for k, v in sums.items() if k.startswith("device "))
-    if host and device:
-        share = 100 * device / host
-        # Above 100% the host phases miss a wait for the GPU.
-        parts.append(f"GPU share {share:.0f}%" + (" (over 100%: a wait outside the phases)" if share > 105 else ""))
-    print(f"  {metrics_path.parent.name:11} " + ", ".join(parts))
-print("\ncontinuous against the better of static and dynamic, concurrency >= 8 (output tok/s ratio, p99 TTFT ratio):")
-for (workload, c, policy) in sorted(rows):
-    if policy != "continuous" or c < 8:
-        continue
-    others = [rows[k] for k in [(workload, c, "static"), (workload, c, "dynamic")] if k in rows]
-    if not others:
-        continue
-    best_tok = max(o["tok_s"] for o in others)
-    best_ttft = min((o["ttft99"] for o in others if o["ttft99"] is not None), default=None)
-    r = rows[(workload, c, policy)]
-    tok = r["tok_s"] / best_tok if best_tok else None
-    ttft = r["ttft99"] / best_ttft if best_ttft and r["ttft99"] is not None else None
-    verdict = "WIN" if tok and tok > 1 and ttft is not None and ttft < 1 else "no win"
-    print(f"  {workload:9} c={c:<4} tok/s x{f(tok, '.2f')}  p99 TTFT x{f(ttft, '.2f')}  {verdict}")
-EOF
+    python3 scripts/gpu_bench_report.py serving "$RAW" "$model" "$DTYPE" >>"$SUMMARY"
     cat "$SUMMARY"
 }
 
