@@ -325,6 +325,9 @@ part_checks() {
 
 part_steps() {
     need "$BIN/step_bench"
+    # Eager and graph-replayed steps; a CPU dry run has no graphs.
+    local STEP_GRAPHS=both
+    [ "$DEVICE" != cpu ] || STEP_GRAPHS=off
     say "GPU: $(gpu_info)"
     local model kernels
     for model in ${STEP_MODELS:-llama-3.2-1b-shape llama-3-8b-shape}; do
@@ -334,7 +337,7 @@ part_steps() {
             log "step_bench $model ($kernels)"
             local flags=()
             [ "$kernels" = own ] || flags=(--plain)
-            "$BIN/step_bench" --device "$DEVICE" --dtype "$DTYPE" --model "models/$model" --graphs both \
+            "$BIN/step_bench" --device "$DEVICE" --dtype "$DTYPE" --model "models/$model" --graphs "$STEP_GRAPHS" \
                 --batch "${STEP_BATCHES:-1,2,4,8,16,32,64,128}" --context 512 --steps 32 "${flags[@]}" \
                 >"$RAW/step_bench-$model-$kernels.txt" 2>&1 \
                 || { FAILED=1; say "FAIL step_bench $model ($kernels): $(tail -2 "$RAW/step_bench-$model-$kernels.txt")"; }

@@ -7,7 +7,8 @@
 //!   --model DIR        model folder (default models/small-llama)
 //!   --device SPEC      cpu, cuda or cuda:N (default cpu)
 //!   --dtype D          f32, f16 or bf16 (default: the model's default for the device)
-//!   --graphs MODE      on, off or both (default: both on CUDA, off on the CPU)
+//!   --graphs MODE      on, off or both (default: both on CUDA; the CPU has
+//!                      no graphs and takes only off)
 //!   --batch LIST       batch sizes, e.g. 1,8,32,64,128 (default 1,8,32)
 //!   --context N        tokens prefilled per sequence (default 128)
 //!   --steps N          timed decode steps per batch and mode (default 16)
@@ -180,6 +181,11 @@ fn parse_args() -> Result<Args> {
         );
     }
     let cuda = !args.device.trim().eq_ignore_ascii_case("cpu");
+    if !cuda && graphs.as_ref().is_some_and(|modes| modes.contains(&true)) {
+        // The CPU runs every step eagerly: a graphs column would time the
+        // same steps again under another name.
+        return Err("--graphs: the CPU has no CUDA graphs; accepted with --device cpu: off".into());
+    }
     args.modes = graphs.unwrap_or(if cuda { vec![false, true] } else { vec![false] });
     Ok(args)
 }
