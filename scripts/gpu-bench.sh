@@ -11,16 +11,18 @@
 #   scripts/gpu-bench.sh --part targets PATH...
 #
 # PART:
-#   all         (the default) every part below, in this order, into OUTDIR,
-#               going on past a part that fails, the serving parts without
-#               a time budget unless --budget is given; then `targets` over
-#               OUTDIR, printed last and kept in OUTDIR/targets-summary.txt.
+#   all         (the default) checks, steps, hf, serving-1b and serving-8b
+#               in turn, into OUTDIR, going on past a part that fails, the
+#               serving parts without a time budget unless --budget is
+#               given; then `targets` over OUTDIR, printed last and kept in
+#               OUTDIR/targets-summary.txt.
 #               It takes longer than the device tool's 10 minutes a
 #               command: there, run the parts one per call, then `targets`.
 #   targets     issue 6's targets judged from what parts left under the
 #               PATHs (PART.tar.gz and PART-summary.txt, found in folders
-#               and inside the tarballs a call returns), from any number of
-#               calls (scripts/gpu_bench_report.py; runs anywhere)
+#               and inside the .tar.gz or .tar.xz a call script packs), from
+#               any number of calls (scripts/gpu_bench_report.py; runs
+#               anywhere)
 # and each of these fits in the device tool's 10 minutes:
 #   checks      nvidia-smi, then the three below (needs all three binaries)
 #   check-kernels  .gpu/gpu_kernels: the paged-attention kernels, the

@@ -10,7 +10,7 @@
   gpu_bench_report.py targets PATH...
       Issue 6's targets judged from the results of any parts, wherever they
       ran: every PART.tar.gz and PART-summary.txt found under the PATHs (and
-      tarballs inside tarballs, as the device tool's calls return them). The
+      inside other .tar.gz or .tar.xz tarballs, as call scripts pack them). The
       GPU checks; the 8B shape's batch-1 step against the memory-bandwidth
       floor; graphs against eager at batch 1 on the 1B shape; decode tokens/s
       side by side with Hugging Face transformers; continuous batching
@@ -29,6 +29,7 @@ import tarfile
 
 PARTS = ("checks", "check-kernels", "check-model", "check-server", "steps", "hf", "serving-1b", "serving-8b")
 POLICIES = ["static", "dynamic", "continuous"]
+TARBALLS = (".tar.gz", ".tgz", ".tar.xz")
 
 # Issue 6's thresholds.
 FLOOR_SHARE = 80.0  # 8B batch-1 decode with graphs, % of the floor
@@ -145,7 +146,7 @@ class Results:
     def add(self, name, data, source):
         """One file: its path (inside a tarball or not) and its bytes."""
         name = name.removeprefix("./")
-        if name.endswith(".tar.gz"):
+        if name.endswith(TARBALLS):
             self.add_tarball(io.BytesIO(data), f"{source}:{name}")
             return
         parts = name.split("/")
@@ -202,18 +203,18 @@ class Results:
 
     def add_tarball(self, fileobj, source):
         try:
-            with tarfile.open(fileobj=fileobj, mode="r:gz") as tar:
+            with tarfile.open(fileobj=fileobj, mode="r:*") as tar:
                 for member in tar:
                     if member.isfile():
                         self.add(member.name, tar.extractfile(member).read(), source)
         except (tarfile.TarError, OSError, EOFError) as err:
-            print(f"gpu_bench_report: skipping {source}: not a readable tar.gz ({err})", file=sys.stderr)
+            print(f"gpu_bench_report: skipping {source}: not a readable tarball ({err})", file=sys.stderr)
 
     def add_path(self, path):
         path = pathlib.Path(path)
         files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
         for file in files:
-            if file.name.endswith(".tar.gz"):
+            if file.name.endswith(TARBALLS):
                 with open(file, "rb") as fileobj:
                     self.add_tarball(fileobj, str(file))
             elif file.name.endswith("-summary.txt"):
