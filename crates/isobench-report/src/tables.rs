@@ -2,7 +2,9 @@
 //! Markdown (for a pull request), HTML (the report page) and aligned text.
 //!
 //! - [`runs`]: one row per run (completed, failed, throughput, TTFT, TPOT
-//!   and E2E percentiles, the server's peak queue, notes);
+//!   and E2E percentiles, and when any run used a GPU its energy per
+//!   output token, peak memory and share of the window in forwards; the
+//!   server's peak queue, notes);
 //! - [`sweep`]: one row per step of a sweep or search, from each step's
 //!   steady window;
 //! - [`comparison`]: each figure of a run against the baseline, with its
@@ -114,13 +116,17 @@ fn ms(stats: &Option<LatencyStats>, pick: fn(&LatencyStats) -> f64) -> String {
         .map_or("-".to_owned(), |s| format!("{:.1}", pick(s)))
 }
 
+const GIB: f64 = (1u64 << 30) as f64;
+
 fn optional(value: Option<f64>, decimals: usize) -> String {
     value.map_or("-".to_owned(), |v| format!("{v:.decimals$}"))
 }
 
-/// One row per run.
+/// One row per run; the GPU's columns only when a run has a `gpu` section
+/// (a run without one shows `-` there).
 pub fn runs(runs: &[NamedReport]) -> Table {
-    let mut table = Table::new(&[
+    let with_gpu = runs.iter().any(|run| run.report.gpu.is_some());
+    let mut headers = vec![
         "run",
         "done",
         "failed",
@@ -131,9 +137,12 @@ pub fn runs(runs: &[NamedReport]) -> Table {
         "TPOT p50",
         "TPOT p99",
         "E2E p99",
-        "queue peak",
-        "notes",
-    ]);
+    ];
+    if with_gpu {
+        headers.extend(["J/token", "peak GiB", "busy %"]);
+    }
+    headers.extend(["queue peak", "notes"]);
+    let mut table = Table::new(&headers);
     for NamedReport { name, report } in runs {
         let s = &report.summary;
         let mut notes = Vec::new();
@@ -150,7 +159,7 @@ pub fn runs(runs: &[NamedReport]) -> Table {
             .server_metrics
             .as_ref()
             .and_then(|m| ServerMetrics::peak(&m.waiting));
-        table.rows.push(vec![
+        let mut row = vec![
             name.clone(),
             s.requests.completed.to_string(),
             s.requests.failed.to_string(),
@@ -161,9 +170,17 @@ pub fn runs(runs: &[NamedReport]) -> Table {
             ms(&s.latency.tpot, |l| l.p50_ms),
             ms(&s.latency.tpot, |l| l.p99_ms),
             ms(&s.latency.e2e, |l| l.p99_ms),
-            optional(queue, 0),
-            notes.join("; "),
-        ]);
+        ];
+        if with_gpu {
+            let gpu = report.gpu.as_ref();
+            row.extend([
+                optional(gpu.and_then(|g| g.energy_per_output_token_j), 4),
+                optional(gpu.map(|g| g.measured.peak_memory_bytes as f64 / GIB), 1),
+                optional(gpu.and_then(|g| g.device_busy_share).map(|b| b * 100.0), 0),
+            ]);
+        }
+        row.extend([optional(queue, 0), notes.join("; ")]);
+        table.rows.push(row);
     }
     table
 }

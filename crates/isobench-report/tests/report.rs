@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use isobench_metrics::{Recorder, RequestRecord, assess_validity};
-use isobench_report::{Report, ReportError, SCHEMA_VERSION, csv, table, vllm};
+use isobench_report::{NamedReport, Report, ReportError, SCHEMA_VERSION, csv, table, tables, vllm};
 use serde_json::Value;
 
 #[test]
@@ -200,4 +200,42 @@ fn the_table_flags_an_invalid_or_interrupted_run() {
         "{text}"
     );
     assert!(text.contains("interrupted"), "{text}");
+}
+
+#[test]
+fn the_runs_table_has_gpu_columns_only_when_a_run_used_a_gpu() {
+    let named = |name: &str, report: Report| NamedReport {
+        name: name.into(),
+        report,
+    };
+    let cpu_only = tables::runs(&[named("cpu", common::sample_report())]);
+    for gpu_header in ["J/token", "peak GiB", "busy %"] {
+        assert!(
+            !cpu_only.headers.iter().any(|h| h == gpu_header),
+            "{cpu_only:?}"
+        );
+    }
+
+    let gpu = common::sample_report().with_gpu(common::h200(Some(1234.5)));
+    let per_token = gpu.gpu.as_ref().unwrap().energy_per_output_token_j.unwrap();
+    let busy = 100.0 * 0.5 / gpu.summary.window_s;
+    let table = tables::runs(&[named("gpu", gpu), named("cpu", common::sample_report())]);
+    let column = |header: &str| {
+        let index = table.headers.iter().position(|h| h == header);
+        let index = index.unwrap_or_else(|| panic!("no `{header}` column: {:?}", table.headers));
+        (table.rows[0][index].clone(), table.rows[1][index].clone())
+    };
+    assert_eq!(column("J/token"), (format!("{per_token:.4}"), "-".into()));
+    // 141e9 bytes in GiB.
+    assert_eq!(column("peak GiB"), ("131.3".into(), "-".into()));
+    assert_eq!(column("busy %"), (format!("{busy:.0}"), "-".into()));
+    // The other columns keep their places around them.
+    assert_eq!(table.headers.last().map(String::as_str), Some("notes"));
+    assert!(
+        table
+            .rows
+            .iter()
+            .all(|row| row.len() == table.headers.len())
+    );
+    assert!(table.text().contains("J/token"));
 }

@@ -161,20 +161,6 @@ fn the_validator_catches_missing_undeclared_and_mistyped_keys() {
     assert_eq!(errors.len(), 3, "{errors:#?}");
 }
 
-fn h200(energy_j: Option<f64>) -> GpuMeasurement {
-    GpuMeasurement {
-        name: "NVIDIA H200".into(),
-        index: 0,
-        driver: "580.65.06".into(),
-        memory_total_bytes: 150_754_820_096,
-        peak_memory_bytes: 141_000_000_000,
-        energy_j,
-        cuda_graph_replays: 900,
-        eager_steps: 120,
-        device_busy_s: Some(0.5),
-    }
-}
-
 #[test]
 fn a_cpu_report_has_no_gpu_section() {
     let json = json_of(&common::sample_report());
@@ -183,7 +169,7 @@ fn a_cpu_report_has_no_gpu_section() {
 
 #[test]
 fn a_gpu_report_matches_the_schema_and_derives_energy_per_token_and_power() {
-    let report = common::sample_report().with_gpu(h200(Some(1234.5)));
+    let report = common::sample_report().with_gpu(common::h200(Some(1234.5)));
     let json = json_of(&report);
     let errors = violations(&json);
     assert!(errors.is_empty(), "{errors:#?}");
@@ -228,7 +214,7 @@ fn a_gpu_report_matches_the_schema_and_derives_energy_per_token_and_power() {
     let read = Report::from_json(&report.to_json(), path).unwrap();
     assert_eq!(read.gpu.unwrap().measured, report.gpu.unwrap().measured);
 
-    let without_energy = common::sample_report().with_gpu(h200(None));
+    let without_energy = common::sample_report().with_gpu(common::h200(None));
     let json = json_of(&without_energy);
     assert_eq!(json["gpu"]["energy_per_output_token_j"], Value::Null);
     assert_eq!(json["gpu"]["mean_power_w"], Value::Null);
@@ -238,7 +224,7 @@ fn a_gpu_report_matches_the_schema_and_derives_energy_per_token_and_power() {
 
 #[test]
 fn a_gpu_report_written_before_forward_times_still_reads() {
-    let mut json = json_of(&common::sample_report().with_gpu(h200(Some(1.0))));
+    let mut json = json_of(&common::sample_report().with_gpu(common::h200(Some(1.0))));
     let gpu = json["gpu"].as_object_mut().unwrap();
     gpu.remove("device_busy_s");
     gpu.remove("device_busy_share");
@@ -255,7 +241,7 @@ fn a_gpu_report_written_before_forward_times_still_reads() {
 
 #[test]
 fn the_validator_catches_a_gpu_section_with_a_missing_key() {
-    let mut json = json_of(&common::sample_report().with_gpu(h200(Some(1.0))));
+    let mut json = json_of(&common::sample_report().with_gpu(common::h200(Some(1.0))));
     json["gpu"].as_object_mut().unwrap().remove("driver");
     json["gpu"]["watts"] = 1.0.into();
     assert_eq!(violations(&json).len(), 2);
@@ -408,7 +394,7 @@ fn the_table_s_gpu_line_shows_the_window_s_share_in_forwards() {
     let window_s = report.summary.window_s;
     let busy = GpuMeasurement {
         device_busy_s: Some(0.75 * window_s),
-        ..h200(Some(1234.5))
+        ..common::h200(Some(1234.5))
     };
     let text = table::render(&report.clone().with_gpu(busy));
     let line = text.lines().find(|l| l.starts_with("gpu ")).unwrap();
@@ -423,7 +409,7 @@ fn the_table_s_gpu_line_shows_the_window_s_share_in_forwards() {
     // A server that does not time its forwards: the line says nothing of them.
     let untimed = GpuMeasurement {
         device_busy_s: None,
-        ..h200(Some(1234.5))
+        ..common::h200(Some(1234.5))
     };
     let text = table::render(&report.with_gpu(untimed));
     assert!(!text.contains("forwards"), "{text}");

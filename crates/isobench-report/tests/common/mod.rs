@@ -10,7 +10,7 @@ use isobench_metrics::{
     ErrorKind, Recorder, RequestError, RequestRecord, Slo, TokenSource,
     assess_validity_with_max_error_rate,
 };
-use isobench_report::{PromptTokenSource, Report, RunMeta};
+use isobench_report::{GpuMeasurement, PromptTokenSource, Report, RunMeta};
 
 const MS: u64 = 1_000_000;
 
@@ -168,4 +168,20 @@ pub fn sweep_steps(series: &str) -> Vec<Report> {
             report
         })
         .collect()
+}
+
+/// What an H200 measured over a run, with `energy_j` (none: a GPU without
+/// an energy counter) and half a second of forwards.
+pub fn h200(energy_j: Option<f64>) -> GpuMeasurement {
+    GpuMeasurement {
+        name: "NVIDIA H200".into(),
+        index: 0,
+        driver: "580.65.06".into(),
+        memory_total_bytes: 150_754_820_096,
+        peak_memory_bytes: 141_000_000_000,
+        energy_j,
+        cuda_graph_replays: 900,
+        eager_steps: 120,
+        device_busy_s: Some(0.5),
+    }
 }
