@@ -15,7 +15,10 @@
       floor; graphs against eager at batch 1 on the 1B shape; decode tokens/s
       side by side with Hugging Face transformers; continuous batching
       against static and dynamic in every serving cell of concurrency 8 and
-      more. A target whose part did not run says which part to run.
+      more, and, given runs with --cuda-graphs off too, what the graphs buy
+      under that load. A target whose part did not run says which part to
+      run. Raw files already unpacked count too, where their path from PATH
+      names their part (PATH/.../serving-1b/continuous/short-c8.json).
 
 Only the standard library: it runs on the GPU machine's python3 and here.
 """
@@ -131,11 +134,15 @@ class Results:
     def __init__(self):
         self.steps = {}  # (model, kernels, batch) -> step_bench's JSON row
         self.hf = {}  # (model, mode, batch) -> hf_decode_bench's JSON row
-        self.serving = {}  # model -> {(workload, c, policy): serving_row}
+        # (model, graphs) -> {(workload, c, policy): serving_row}; graphs is
+        # "on" (the run replayed CUDA graphs), "off" (a GPU run that did
+        # not: --cuda-graphs off) or "cpu" (no gpu section).
+        self.serving = {}
         self.checks = []  # each checks summary's lines, once
         self.failures = []  # FAIL lines of the other parts' summaries
         self.gpus = {}  # checks, steps, hf or serving -> set of GPU names
         self.repeated = 0  # serving cells found more than once (the last kept)
+        self.empty = {}  # (model, workload, c, policy) of runs that completed no request
 
     def gpu(self, part, name):
         name = name.strip()
@@ -181,10 +188,19 @@ class Results:
             report = json.loads(text)
             workload, c = base.removesuffix(".json").rsplit("-c", 1)
             model = (report.get("run") or {}).get("model") or part
-            cells = self.serving.setdefault(model, {})
+            row = serving_row(report)
             key = (workload, int(c), rest[0])
+            if not row["ok"]:
+                # It measured nothing (a server that failed): no cell; a
+                # later run of the cell takes it off this list.
+                self.empty[(model, *key)] = row
+                return
+            self.empty.pop((model, *key), None)
+            gpu = report.get("gpu")
+            graphs = "cpu" if not gpu else "on" if gpu.get("cuda_graph_replays") else "off"
+            cells = self.serving.setdefault((model, graphs), {})
             self.repeated += key in cells
-            cells[key] = serving_row(report)
+            cells[key] = row
             self.gpu("serving", (report.get("gpu") or {}).get("name", ""))
 
     def add_summary(self, part, text):
@@ -219,6 +235,11 @@ class Results:
                     self.add_tarball(fileobj, str(file))
             elif file.name.endswith("-summary.txt"):
                 self.add(file.name, file.read_bytes(), str(file))
+            elif file.suffix in (".json", ".txt", ".csv"):
+                # A part's raw files unpacked from its tarball: their path
+                # from PATH, which names the part (PATH/.../serving-1b/...).
+                inside = file.relative_to(path) if path.is_dir() else pathlib.Path(file.name)
+                self.add(str(pathlib.Path(path.name) / inside), file.read_bytes(), str(file))
 
 
 def json_rows(text, bench):
@@ -322,14 +343,39 @@ def targets(paths):
           "dynamic at concurrency >= 8, output tok/s higher and p99 TTFT lower:")
     if not results.serving:
         print("  not measured: run --part serving-1b and --part serving-8b")
-    for model, rows in sorted(results.serving.items()):
-        verdicts = continuous_verdicts(rows)
+    models = sorted({model for model, _ in results.serving})
+    for model in models:
+        # The runs as served (graphs on, on a GPU), else what there is.
+        graphs = next(g for g in ("on", "cpu", "off") if (model, g) in results.serving)
+        verdicts = continuous_verdicts(results.serving[(model, graphs)])
         lost = [v for v in verdicts if not v[4]]
-        print(f"  {model}: {len(verdicts) - len(lost)} of {len(verdicts)} cells won  {verdict(verdicts and not lost)}")
+        label = "" if graphs == "on" else f" (runs with graphs {graphs})" if graphs == "off" else " (CPU runs)"
+        print(f"  {model}{label}: {len(verdicts) - len(lost)} of {len(verdicts)} cells won  {verdict(verdicts and not lost)}")
         for workload, c, tok, ttft, _ in lost:
             print(f"    not won: {workload} c={c}: tok/s x{f(tok, '.2f')}, p99 TTFT x{f(ttft, '.2f')}")
+    gains = [model for model in models if (model, "on") in results.serving and (model, "off") in results.serving]
+    if gains:
+        print("\nwhat CUDA graphs buy under serving load: output tok/s of runs that replayed graphs over the same "
+              "cells' runs with --cuda-graphs off (lowest to highest over the cells):")
+    for model in gains:
+        on, off = results.serving[(model, "on")], results.serving[(model, "off")]
+        for policy in POLICIES:
+            ratios = {c: [] for c in ("1", "8+")}
+            for key, row in on.items():
+                if key[2] == policy and key in off and off[key]["tok_s"]:
+                    ratios["1" if key[1] < 8 else "8+"].append(row["tok_s"] / off[key]["tok_s"])
+            spans = [f"x{min(r):.2f} to x{max(r):.2f} over {len(r)} cells at concurrency {c}" for c, r in ratios.items() if r]
+            if spans:
+                print(f"  {model} {policy}: " + "; ".join(spans))
     if results.repeated:
         print(f"  ({results.repeated} serving runs were found more than once; the last in path order was kept)")
+    for (model, graphs), rows in sorted(results.serving.items()):
+        for (workload, c, policy), row in sorted(rows.items()):
+            if row["failed"]:
+                print(f"  runs with failed requests: {model} {policy} {workload} c={c}"
+                      f"{'' if graphs == 'on' else f' (graphs {graphs})'}: {row['ok']} completed, {row['failed']} failed")
+    for (model, workload, c, policy), row in sorted(results.empty.items()):
+        print(f"  left out, no request completed ({row['failed']} failed): {model} {policy} {workload} c={c}")
     if results.failures:
         print("\nfailures the parts reported:")
         for failure in results.failures:
