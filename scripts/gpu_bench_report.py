@@ -201,7 +201,7 @@ class Results:
             cells = self.serving.setdefault((model, graphs), {})
             self.repeated += key in cells
             cells[key] = row
-            self.gpu("serving", (report.get("gpu") or {}).get("name", ""))
+            self.gpu("serving", (gpu or {}).get("name", ""))
 
     def add_summary(self, part, text):
         lines = text.splitlines()
