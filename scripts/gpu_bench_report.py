@@ -350,7 +350,11 @@ def targets(paths):
         verdicts = continuous_verdicts(results.serving[(model, graphs)])
         lost = [v for v in verdicts if not v[4]]
         label = "" if graphs == "on" else f" (runs with graphs {graphs})" if graphs == "off" else " (CPU runs)"
-        print(f"  {model}{label}: {len(verdicts) - len(lost)} of {len(verdicts)} cells won  {verdict(verdicts and not lost)}")
+        if not verdicts:
+            print(f"  {model}{label}: not measured: no cell of concurrency 8 or more ran continuous batching "
+                  "and static or dynamic batching (run --policy static,dynamic,continuous)")
+            continue
+        print(f"  {model}{label}: {len(verdicts) - len(lost)} of {len(verdicts)} cells won  {verdict(not lost)}")
         for workload, c, tok, ttft, _ in lost:
             print(f"    not won: {workload} c={c}: tok/s x{f(tok, '.2f')}, p99 TTFT x{f(ttft, '.2f')}")
     gains = [model for model in models if (model, "on") in results.serving and (model, "off") in results.serving]

@@ -13,6 +13,9 @@
 use isobench_metrics::Summary;
 use serde::{Deserialize, Serialize};
 
+/// Bytes in a GiB, the unit the report's tables show memory in.
+pub(crate) const GIB: f64 = (1u64 << 30) as f64;
+
 /// What was measured on the GPU during a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuMeasurement {

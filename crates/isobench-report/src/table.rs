@@ -11,6 +11,7 @@ use std::fmt::Write;
 
 use isobench_metrics::{LatencyStats, OutputTokenSource, Summary};
 
+use crate::gpu::GIB;
 use crate::{PromptTokenSource, Report};
 
 /// Renders the report as the table printed at the end of a run.
@@ -31,7 +32,6 @@ pub fn render(report: &Report) -> String {
 fn gpu(out: &mut String, report: &Report) {
     let Some(gpu) = &report.gpu else { return };
     let m = &gpu.measured;
-    const GIB: f64 = (1u64 << 30) as f64;
     let energy = match (m.energy_j, gpu.energy_per_output_token_j, gpu.mean_power_w) {
         (Some(joules), per_token, power) => format!(
             " · energy {joules:.1} J, {} J/token, {} W mean",

@@ -16,6 +16,7 @@ use isobench_metrics::{LatencyStats, Summary};
 
 use crate::Report;
 use crate::comparison::MetricComparison;
+use crate::gpu::GIB;
 use crate::server_view::ServerMetrics;
 
 /// A report with the name it is shown by (its file stem).
@@ -115,8 +116,6 @@ fn ms(stats: &Option<LatencyStats>, pick: fn(&LatencyStats) -> f64) -> String {
         .as_ref()
         .map_or("-".to_owned(), |s| format!("{:.1}", pick(s)))
 }
-
-const GIB: f64 = (1u64 << 30) as f64;
 
 fn optional(value: Option<f64>, decimals: usize) -> String {
     value.map_or("-".to_owned(), |v| format!("{v:.decimals$}"))
