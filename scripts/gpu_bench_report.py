@@ -256,6 +256,16 @@ def json_rows(text, bench):
     return rows
 
 
+def eager_launch_ms(row):
+    """The host's time to launch an eager step of a step_bench row:
+    `launch_ms`, or in rows written before it, the first of `issue_ms`
+    (the modes run eager first)."""
+    if row.get("launch_ms") is not None:
+        return row["launch_ms"]
+    issue = row.get("issue_ms") or []
+    return issue[0] if issue and row.get("eager_ms") is not None else None
+
+
 def shape(rows, size):
     """The model folder of that size ("8b", "1b") among `rows`' keys, which
     start with the model folder's name."""
@@ -311,6 +321,16 @@ def targets(paths):
             aside = f" (candle's plain ops: {plain['eager_ms']:.3f} / {plain['graph_ms']:.3f} ms, x{plain['eager_ms'] / plain['graph_ms']:.2f})"
         print(f"  1B graphs at >= {GRAPH_GAIN}x eager at batch 1: eager {row['eager_ms']:.3f} ms, graph "
               f"{row['graph_ms']:.3f} ms, x{gain:.2f}  {verdict(gain >= GRAPH_GAIN)}{aside}")
+        launch, floor = eager_launch_ms(row), row.get("floor_ms")
+        if gain < GRAPH_GAIN and launch and floor and launch < GRAPH_GAIN * floor:
+            # An eager step takes the longer of its launches and its GPU
+            # work; a replayed one at least the GPU work, itself at least
+            # the floor. So the ratio reaches GRAPH_GAIN only if the
+            # launches take GRAPH_GAIN x the replayed step.
+            print(f"    out of reach of faster kernels: an eager step's launches take {launch:.3f} ms of host time, "
+                  f"so it runs at the GPU's pace as a replayed step does; {GRAPH_GAIN}x needs launches of "
+                  f"{GRAPH_GAIN}x the replayed step, at least {GRAPH_GAIN * floor:.3f} ms with the step at the "
+                  f"floor ({floor:.3f} ms)")
     else:
         print("  1B graphs against eager at batch 1: not measured: run --part steps (graphs both)")
 

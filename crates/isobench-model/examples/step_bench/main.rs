@@ -33,10 +33,12 @@
 //! on a GPU (host clock on the CPU); the median is reported. On a GPU the
 //! floor is (weight bytes read + KV bytes read) / the device-to-device copy
 //! bandwidth measured at the start of the run (a 1 GiB copy, counting the
-//! bytes read and written). Prints a table and one JSON line per row; the
-//! JSON's `issue_ms` is the host's time to launch a step (until `forward`
-//! returns, before waiting for the GPU) in each mode: an eager step whose
-//! launches take less than its GPU time keeps the GPU busy without graphs.
+//! bytes read and written). Prints a table and one JSON line per row. The
+//! table's `launch ms` is the host's time to launch an eager step (until
+//! `forward` returns, before waiting for the GPU; the JSON's `issue_ms`
+//! has it for each mode): an eager step whose launches take less than its
+//! GPU time keeps the GPU busy without graphs, so a graph can gain on it
+//! only the difference.
 //!
 //! With `--prompt-tokens`, each batch size also times, per listed count,
 //! steps that carry that many prompt tokens (fresh prompts of
@@ -544,19 +546,23 @@ fn bench(args: &Args) -> Result<()> {
             "CUDA events"
         }
     );
-    println!("batch  eager ms  graph ms  floor ms  % of floor  decode tok/s  prefill tok/s");
+    println!(
+        "batch  eager ms  launch ms  graph ms  floor ms  % of floor  decode tok/s  prefill tok/s"
+    );
     for &batch_size in &args.batches {
         let measured = measure(&mut models, batch_size, args)?;
         let ms = |graphs: bool| column(graphs).map(|i| millis(measured.decode[i].device));
         let (eager, graph) = (ms(false), ms(true));
+        let launch = column(false).map(|i| millis(measured.decode[i].issue));
         let best = graph.or(eager).unwrap_or(f64::NAN);
         let kv_bytes = kv_per_token * measured.mean_context * batch_size as f64;
         let floor = bandwidth.map(|b| (weights + kv_bytes) / b * 1e3);
         let tokens_per_s = batch_size as f64 * 1e3 / best;
         let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
         println!(
-            "{batch_size:>5}  {:>8}  {:>8}  {:>8}  {:>10}  {tokens_per_s:>12.0}  {:>13.0}",
+            "{batch_size:>5}  {:>8}  {:>9}  {:>8}  {:>8}  {:>10}  {tokens_per_s:>12.0}  {:>13.0}",
             show(eager),
+            show(launch),
             show(graph),
             show(floor),
             floor.map_or("-".into(), |f| format!("{:.0}%", f / best * 100.0)),
@@ -575,6 +581,7 @@ fn bench(args: &Args) -> Result<()> {
             "graph_replayed": column(true).map(|i| measured.decode[i].replayed),
             "host_ms": measured.decode.iter().map(|t| millis(t.host)).collect::<Vec<_>>(),
             "issue_ms": measured.decode.iter().map(|t| millis(t.issue)).collect::<Vec<_>>(),
+            "launch_ms": launch,
             "floor_ms": floor,
             "weight_bytes": weights,
             "kv_bytes": kv_bytes,
