@@ -461,7 +461,9 @@ __device__ __forceinline__ void reduce(
 // most 128 registers a thread; two for the widest groups): without it a
 // loop over partitions took the g4 kernel from 128 to 138 registers and
 // three blocks, and decode attention at batch 8 to 128 from 28-310 to
-// 41-407 us.
+// 41-407 us. Five blocks (96 registers, no spills) measured slower on an
+// H100: decode steps at batch 64 and 128 took 1-5% longer on both shapes
+// (docs/performance.md, "Decode attention at short context").
 #define ATTENTION_GROUPS(DT, T, D)                                     \
     ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g1, T, D, 1, 4, 4)  \
     ATTENTION_KERNEL(paged_attention_##DT##_d##D##_g2, T, D, 2, 4, 4)  \
