@@ -56,6 +56,7 @@ def serving_row(report):
         "tpot50": ms("tpot", "p50_ms"), "tpot99": ms("tpot", "p99_ms"),
         "j_tok": gpu.get("energy_per_output_token_j"),
         "busy": 100 * gpu["device_busy_share"] if gpu.get("device_busy_share") is not None else None,
+        "idle": 100 * gpu["engine_idle_share"] if gpu.get("engine_idle_share") is not None else None,
         "peak_gib": gpu["peak_memory_bytes"] / 2**30 if gpu else None,
         "ok": s["requests"]["completed"], "failed": s["requests"]["failed"],
         "valid": report["validity"]["valid"],
@@ -95,14 +96,15 @@ def serving(raw, model, dtype):
         workload, c = path.stem.rsplit("-c", 1)
         rows[(workload, int(c), path.parent.name)] = serving_row(json.loads(path.read_text()))
     print(f"\nserving {model} ({dtype}, closed loop; TTFT/TPOT in ms; J/token and peak memory from NVML; "
-          "busy % = the measured window's share spent in model forwards, CUDA events)")
+          "busy % = the measured window's share spent in model forwards, CUDA events; idle % = its share "
+          "the engine had nothing to run; the rest went to choosing tokens and the host's work between steps)")
     print(f"{'workload':9} {'conc':>4} {'policy':11} {'out tok/s':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
-          f"{'TPOT p50':>8} {'TPOT p99':>8} {'J/token':>8} {'peak GiB':>8} {'busy %':>6} {'ok/fail':>8}")
+          f"{'TPOT p50':>8} {'TPOT p99':>8} {'J/token':>8} {'peak GiB':>8} {'busy %':>6} {'idle %':>6} {'ok/fail':>8}")
     for workload, c, policy in sorted(rows, key=lambda k: (k[0], k[1], POLICIES.index(k[2]))):
         r = rows[(workload, c, policy)]
         print(f"{workload:9} {c:>4} {policy:11} {f(r['tok_s'], '9.1f')} {f(r['ttft50'], '9.1f')} {f(r['ttft99'], '9.1f')} "
               f"{f(r['tpot50'], '8.2f')} {f(r['tpot99'], '8.2f')} {f(r['j_tok'], '8.4f')} {f(r['peak_gib'], '8.1f')} "
-              f"{f(r['busy'], '6.0f')} {r['ok']:>4}/{r['failed']:<3}{'' if r['valid'] else ' INVALID'}")
+              f"{f(r['busy'], '6.0f')} {f(r['idle'], '6.0f')} {r['ok']:>4}/{r['failed']:<3}{'' if r['valid'] else ' INVALID'}")
     print("\nengine step phases per policy over all its runs (mean ms per step, host clock; "
           "logits includes the wait for the GPU; device = CUDA-event time of forwards; "
           "GPU share = device time over the host phases' sum; the rest is the tokens' choice on the GPU and the host's own work between steps):")

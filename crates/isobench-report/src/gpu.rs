@@ -1,8 +1,9 @@
 //! The optional `gpu` section of a report: the GPU the server ran on, its
 //! peak memory, the energy it drew and the time its model forwards took
-//! over the measured window, with the figures derived from those and the
-//! run's summary (joules per output token, mean power, the share of the
-//! window the GPU spent in forwards).
+//! over the measured window and the time its engine sat idle, with the
+//! figures derived from those and the run's summary (joules per output
+//! token, mean power, the shares of the window the GPU spent in forwards
+//! and the engine idle).
 //!
 //! The binary measures a [`GpuMeasurement`] (from the target's `/metrics`,
 //! see docs/gpu.md) and [`GpuReport::new`] derives the rest, so each
@@ -41,6 +42,13 @@ pub struct GpuMeasurement {
     /// does not report them, and in reports written before they were.
     #[serde(default)]
     pub device_busy_s: Option<f64>,
+    /// Time the server's engine slept with nothing it could run over the
+    /// measured window, in seconds (`isobench_engine_idle_seconds_total`):
+    /// waiting for requests, or for dynamic batching's deadline; `None`
+    /// from a server that does not report it, and in reports written
+    /// before it did.
+    #[serde(default)]
+    pub engine_idle_s: Option<f64>,
 }
 
 /// The report's `gpu` section: the measurement and what derives from it.
@@ -57,6 +65,12 @@ pub struct GpuReport {
     /// tokens, waiting for the host, or idling with nothing to run).
     #[serde(default)]
     pub device_busy_share: Option<f64>,
+    /// `engine_idle_s` / the measured window's length: the share of the
+    /// window the engine had nothing to run. What is left beside it and
+    /// `device_busy_share` went to choosing tokens and the host's work
+    /// between steps.
+    #[serde(default)]
+    pub engine_idle_share: Option<f64>,
 }
 
 impl GpuReport {
@@ -68,13 +82,16 @@ impl GpuReport {
                 .map(|joules| joules / denominator)
         };
         let window_s = summary.window_s;
+        let share = |seconds: Option<f64>| {
+            seconds
+                .filter(|_| window_s > 0.0)
+                .map(|seconds| seconds / window_s)
+        };
         Self {
             energy_per_output_token_j: per(summary.tokens.output as f64),
             mean_power_w: per(window_s),
-            device_busy_share: measured
-                .device_busy_s
-                .filter(|_| window_s > 0.0)
-                .map(|busy| busy / window_s),
+            device_busy_share: share(measured.device_busy_s),
+            engine_idle_share: share(measured.engine_idle_s),
             measured,
         }
     }

@@ -43,9 +43,12 @@ fn gpu(out: &mut String, report: &Report) {
     let busy = gpu.device_busy_share.map_or(String::new(), |share| {
         format!(", forwards {:.0}% of the window", share * 100.0)
     });
+    let idle = gpu.engine_idle_share.map_or(String::new(), |share| {
+        format!(", engine idle {:.0}%", share * 100.0)
+    });
     let _ = writeln!(
         out,
-        "gpu       {} (cuda:{}, driver {}) · peak memory {:.1} of {:.1} GiB{energy} · steps {} graph, {} eager{busy}",
+        "gpu       {} (cuda:{}, driver {}) · peak memory {:.1} of {:.1} GiB{energy} · steps {} graph, {} eager{busy}{idle}",
         m.name,
         m.index,
         m.driver,

@@ -138,7 +138,7 @@ pub fn runs(runs: &[NamedReport]) -> Table {
         "E2E p99",
     ];
     if with_gpu {
-        headers.extend(["J/token", "peak GiB", "busy %"]);
+        headers.extend(["J/token", "peak GiB", "busy %", "idle %"]);
     }
     headers.extend(["queue peak", "notes"]);
     let mut table = Table::new(&headers);
@@ -176,6 +176,7 @@ pub fn runs(runs: &[NamedReport]) -> Table {
                 optional(gpu.and_then(|g| g.energy_per_output_token_j), 4),
                 optional(gpu.map(|g| g.measured.peak_memory_bytes as f64 / GIB), 1),
                 optional(gpu.and_then(|g| g.device_busy_share).map(|b| b * 100.0), 0),
+                optional(gpu.and_then(|g| g.engine_idle_share).map(|i| i * 100.0), 0),
             ]);
         }
         row.extend([optional(queue, 0), notes.join("; ")]);

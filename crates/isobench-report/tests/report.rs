@@ -209,7 +209,7 @@ fn the_runs_table_has_gpu_columns_only_when_a_run_used_a_gpu() {
         report,
     };
     let cpu_only = tables::runs(&[named("cpu", common::sample_report())]);
-    for gpu_header in ["J/token", "peak GiB", "busy %"] {
+    for gpu_header in ["J/token", "peak GiB", "busy %", "idle %"] {
         assert!(
             !cpu_only.headers.iter().any(|h| h == gpu_header),
             "{cpu_only:?}"
@@ -219,6 +219,7 @@ fn the_runs_table_has_gpu_columns_only_when_a_run_used_a_gpu() {
     let gpu = common::sample_report().with_gpu(common::h200(Some(1234.5)));
     let per_token = gpu.gpu.as_ref().unwrap().energy_per_output_token_j.unwrap();
     let busy = 100.0 * 0.5 / gpu.summary.window_s;
+    let idle = 100.0 * 0.25 / gpu.summary.window_s;
     let table = tables::runs(&[named("gpu", gpu), named("cpu", common::sample_report())]);
     let column = |header: &str| {
         let index = table.headers.iter().position(|h| h == header);
@@ -229,6 +230,7 @@ fn the_runs_table_has_gpu_columns_only_when_a_run_used_a_gpu() {
     // 141e9 bytes in GiB.
     assert_eq!(column("peak GiB"), ("131.3".into(), "-".into()));
     assert_eq!(column("busy %"), (format!("{busy:.0}"), "-".into()));
+    assert_eq!(column("idle %"), (format!("{idle:.0}"), "-".into()));
     // The other columns keep their places around them.
     assert_eq!(table.headers.last().map(String::as_str), Some("notes"));
     assert!(

@@ -191,6 +191,8 @@ fn a_gpu_report_matches_the_schema_and_derives_energy_per_token_and_power() {
             "eager_steps",
             "energy_j",
             "energy_per_output_token_j",
+            "engine_idle_s",
+            "engine_idle_share",
             "index",
             "mean_power_w",
             "memory_total_bytes",
@@ -210,6 +212,7 @@ fn a_gpu_report_matches_the_schema_and_derives_energy_per_token_and_power() {
     close(&gpu["energy_per_output_token_j"], 1234.5 / output);
     close(&gpu["mean_power_w"], 1234.5 / report.summary.window_s);
     close(&gpu["device_busy_share"], 0.5 / report.summary.window_s);
+    close(&gpu["engine_idle_share"], 0.25 / report.summary.window_s);
     let path = std::path::Path::new("gpu.json");
     let read = Report::from_json(&report.to_json(), path).unwrap();
     assert_eq!(read.gpu.unwrap().measured, report.gpu.unwrap().measured);
@@ -226,14 +229,24 @@ fn a_gpu_report_matches_the_schema_and_derives_energy_per_token_and_power() {
 fn a_gpu_report_written_before_forward_times_still_reads() {
     let mut json = json_of(&common::sample_report().with_gpu(common::h200(Some(1.0))));
     let gpu = json["gpu"].as_object_mut().unwrap();
-    gpu.remove("device_busy_s");
-    gpu.remove("device_busy_share");
+    for key in [
+        "device_busy_s",
+        "device_busy_share",
+        "engine_idle_s",
+        "engine_idle_share",
+    ] {
+        gpu.remove(key);
+    }
     let errors = violations(&json);
     assert!(errors.is_empty(), "{errors:#?}");
     let read = Report::from_json(&json.to_string(), std::path::Path::new("old.json")).unwrap();
     let gpu = read.gpu.unwrap();
     assert_eq!(
         (gpu.measured.device_busy_s, gpu.device_busy_share),
+        (None, None)
+    );
+    assert_eq!(
+        (gpu.measured.engine_idle_s, gpu.engine_idle_share),
         (None, None)
     );
     assert_eq!(gpu.measured.energy_j, Some(1.0));
@@ -389,11 +402,12 @@ fn the_key_set_of_a_step_matches_its_snapshot() {
 }
 
 #[test]
-fn the_table_s_gpu_line_shows_the_window_s_share_in_forwards() {
+fn the_table_s_gpu_line_shows_the_window_s_shares_in_forwards_and_idle() {
     let report = common::sample_report();
     let window_s = report.summary.window_s;
     let busy = GpuMeasurement {
         device_busy_s: Some(0.75 * window_s),
+        engine_idle_s: Some(0.2 * window_s),
         ..common::h200(Some(1234.5))
     };
     let text = table::render(&report.clone().with_gpu(busy));
@@ -403,14 +417,17 @@ fn the_table_s_gpu_line_shows_the_window_s_share_in_forwards() {
         "{line}"
     );
     assert!(
-        line.ends_with("steps 900 graph, 120 eager, forwards 75% of the window"),
+        line.ends_with("steps 900 graph, 120 eager, forwards 75% of the window, engine idle 20%"),
         "{line}"
     );
-    // A server that does not time its forwards: the line says nothing of them.
+    // A server that does not time its forwards or its idle engine: the
+    // line says nothing of them.
     let untimed = GpuMeasurement {
         device_busy_s: None,
+        engine_idle_s: None,
         ..common::h200(Some(1234.5))
     };
     let text = table::render(&report.with_gpu(untimed));
     assert!(!text.contains("forwards"), "{text}");
+    assert!(!text.contains("idle"), "{text}");
 }

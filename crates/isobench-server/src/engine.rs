@@ -23,7 +23,8 @@
 //! text made at once, so that a finished sequence never takes a row in the
 //! next step.
 //! With nothing to do the thread sleeps in `recv` (or until the dynamic
-//! policy's deadline). It exits once every handle is dropped and the last
+//! policy's deadline), counted as the engine's idle time in the
+//! [`Metrics`]. It exits once every handle is dropped and the last
 //! sequence is done, or at its next turn after [`EngineHandle::stop`].
 //!
 //! Each model step is recorded in the [`Metrics`]: host-clock phase times,
@@ -237,7 +238,7 @@ impl Engine {
                 if !handles_open {
                     break;
                 }
-                match inbox.recv() {
+                match self.metrics.idle(|| inbox.recv()) {
                     Ok(request) => self.enqueue(request),
                     Err(_) => break,
                 }
@@ -270,7 +271,7 @@ impl Engine {
                             at.saturating_duration_since(started)
                         })
                         .min(STOP_CHECK);
-                    match inbox.recv_timeout(timeout) {
+                    match self.metrics.idle(|| inbox.recv_timeout(timeout)) {
                         Ok(request) => self.enqueue(request),
                         Err(mpsc::RecvTimeoutError::Timeout) => {}
                         Err(mpsc::RecvTimeoutError::Disconnected) => handles_open = false,

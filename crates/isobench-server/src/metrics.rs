@@ -1,21 +1,26 @@
 //! Server metrics, shared by the engine thread and the HTTP handlers, and
 //! their Prometheus text rendering for `GET /metrics`.
 //!
-//! Everything is a relaxed atomic: recording a token's latency is a few
-//! atomic adds, with no lock and no allocation. Histograms have fixed
-//! buckets (Prometheus `le` semantics) and keep their sum in nanoseconds.
+//! Everything on a request's or a step's path is a relaxed atomic:
+//! recording a token's latency is a few atomic adds, with no lock and no
+//! allocation. Histograms have fixed buckets (Prometheus `le` semantics)
+//! and keep their sum in nanoseconds.
 //!
 //! Per engine step: its sequences (`isobench_batch_size`), its tokens
 //! (`isobench_step_tokens`), whether it replayed a CUDA graph
 //! (`isobench_cuda_graph_replays_total` against
 //! `isobench_eager_steps_total`), its host-clock phases
 //! (`isobench_step_seconds`) and, on CUDA, its GPU time between CUDA events
-//! (`isobench_step_device_seconds`). The GPU's memory and energy are in
-//! [`crate::gpu`].
+//! (`isobench_step_device_seconds`). Between steps, the time the engine
+//! slept with nothing it could run (`isobench_engine_idle_seconds_total`,
+//! a sleep in progress included, so the counter never jumps when one
+//! ends; kept under a lock the engine takes only around its sleeps). The
+//! GPU's memory and energy are in [`crate::gpu`].
 
 use std::fmt::Write;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::gpu::GpuGauges;
 
@@ -124,6 +129,24 @@ impl Histogram {
     }
 }
 
+/// The engine's sleeps: their time so far and the one in progress.
+#[derive(Debug, Default)]
+struct IdleClock {
+    /// The sleeps that ended.
+    slept: Duration,
+    /// When the sleep in progress began.
+    since: Option<Instant>,
+}
+
+impl IdleClock {
+    fn total(&self, now: Instant) -> Duration {
+        self.slept
+            + self
+                .since
+                .map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
+    }
+}
+
 /// Which part of an engine step a duration measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepPhase {
@@ -189,6 +212,7 @@ pub struct Metrics {
     step_device_seconds: [Histogram; FORWARD_PHASES.len()],
     pub time_to_first_token: Histogram,
     pub time_per_output_token: Histogram,
+    idle: Mutex<IdleClock>,
     pub gpu: GpuGauges,
 }
 
@@ -211,6 +235,7 @@ impl Default for Metrics {
             step_device_seconds: std::array::from_fn(|_| Histogram::new(DEVICE_STEP_BUCKETS)),
             time_to_first_token: Histogram::new(TTFT_BUCKETS),
             time_per_output_token: Histogram::new(STEP_BUCKETS),
+            idle: Mutex::default(),
             gpu: GpuGauges::default(),
         }
     }
@@ -237,6 +262,30 @@ impl Metrics {
 
     pub fn observe_step(&self, phase: StepPhase, duration: Duration) {
         self.step_seconds[phase as usize].observe_duration(duration);
+    }
+
+    /// Runs `sleep`, a wait of the engine thread with nothing it can run
+    /// (for a request, or for dynamic batching's deadline), as idle time.
+    pub fn idle<T>(&self, sleep: impl FnOnce() -> T) -> T {
+        self.idle_clock().since = Some(Instant::now());
+        let woke = sleep();
+        let mut clock = self.idle_clock();
+        if let Some(since) = clock.since.take() {
+            clock.slept += since.elapsed();
+        }
+        woke
+    }
+
+    /// The engine's idle time so far, a sleep in progress included.
+    pub fn idle_time(&self) -> Duration {
+        self.idle_clock().total(Instant::now())
+    }
+
+    fn idle_clock(&self) -> std::sync::MutexGuard<'_, IdleClock> {
+        // The clock holds no invariant a panic could break.
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Records what one model forward did: its tokens, whether a CUDA graph
@@ -401,6 +450,11 @@ impl Metrics {
         );
         self.time_per_output_token
             .render(&mut out, "isobench_time_per_output_token_seconds", "");
+        let _ = writeln!(
+            out,
+            "# HELP isobench_engine_idle_seconds_total Time the engine slept with nothing it could run: waiting for requests, or for dynamic batching's deadline (a sleep in progress included).\n# TYPE isobench_engine_idle_seconds_total counter\nisobench_engine_idle_seconds_total {}",
+            self.idle_time().as_secs_f64()
+        );
         self.gpu.render(&mut out);
         out
     }
@@ -455,6 +509,42 @@ mod tests {
         assert!(text.contains("isobench_batch_size_sum 3\n"));
         assert!(text.contains("isobench_kv_blocks_used 6\n"));
         assert_eq!(metrics.requests_with_status("stop"), 1);
+    }
+
+    #[test]
+    fn idle_time_counts_sleeps_in_progress_and_ended_and_nothing_else() {
+        let metrics = std::sync::Arc::new(Metrics::default());
+        assert_eq!(metrics.idle_time(), Duration::ZERO);
+        let (started, sleeping) = std::sync::mpsc::channel();
+        let (wake, woken) = std::sync::mpsc::channel::<()>();
+        let engine = {
+            let metrics = metrics.clone();
+            std::thread::spawn(move || {
+                metrics.idle(|| {
+                    started.send(()).unwrap();
+                    woken.recv().unwrap();
+                })
+            })
+        };
+        sleeping.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        let during = metrics.idle_time();
+        assert!(during >= Duration::from_millis(30), "{during:?}");
+        let text = metrics.render();
+        let rendered: f64 = text
+            .lines()
+            .find_map(|line| line.strip_prefix("isobench_engine_idle_seconds_total "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rendered >= 0.03, "{text}");
+        wake.send(()).unwrap();
+        engine.join().unwrap();
+        // Once the sleep ended, the engine's time awake adds nothing.
+        let after = metrics.idle_time();
+        assert!(after >= during);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(metrics.idle_time(), after);
     }
 
     #[test]

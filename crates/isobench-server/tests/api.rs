@@ -207,6 +207,14 @@ async fn models_health_and_metrics() {
     for line in expected {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }
+    // The engine slept before the request came and has slept since.
+    let idle: f64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("isobench_engine_idle_seconds_total "))
+        .expect("the engine's idle time")
+        .parse()
+        .unwrap();
+    assert!(idle > 0.0, "{metrics}");
     server.shutdown().await;
 }
 

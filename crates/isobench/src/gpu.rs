@@ -6,10 +6,11 @@
 //! its step counters. The run's scraper ([`crate::observe`]) reads each
 //! page into a [`GpuScrape`] when it has those series (a CPU server,
 //! another server, no `/metrics`: none, and no `gpu` section). The energy
-//! of the measured window, and the GPU time of its model forwards (the
-//! sum of `isobench_step_device_seconds` over its phases), are those
-//! counters interpolated linearly at the window's start and end between
-//! the scrapes around them. Embedded and external targets go through the
+//! of the measured window, the GPU time of its model forwards (the sum of
+//! `isobench_step_device_seconds` over its phases) and its engine's idle
+//! time (`isobench_engine_idle_seconds_total`) are those counters
+//! interpolated linearly at the window's start and end between the scrapes
+//! around them. Embedded and external targets go through the
 //! same path.
 
 use std::time::Instant;
@@ -31,6 +32,7 @@ pub struct GpuScrape {
     graph_replays: u64,
     eager_steps: u64,
     device_busy_s: Option<f64>,
+    engine_idle_s: Option<f64>,
 }
 
 impl GpuScrape {
@@ -49,6 +51,7 @@ impl GpuScrape {
             graph_replays: count("isobench_cuda_graph_replays_total"),
             eager_steps: count("isobench_eager_steps_total"),
             device_busy_s: page.sum("isobench_step_device_seconds_sum"),
+            engine_idle_s: page.value("isobench_engine_idle_seconds_total"),
         })
     }
 }
@@ -76,6 +79,7 @@ pub fn measure(scrapes: &[GpuScrape], window: Option<(Instant, Instant)>) -> Gpu
         cuda_graph_replays: last.graph_replays.saturating_sub(first.graph_replays),
         eager_steps: last.eager_steps.saturating_sub(first.eager_steps),
         device_busy_s: over_window(|s| s.device_busy_s),
+        engine_idle_s: over_window(|s| s.engine_idle_s),
     }
 }
 
@@ -121,7 +125,8 @@ mod tests {
         isobench_gpu_memory_peak_bytes 900\n\
         isobench_gpu_energy_joules_total 12.5\n\
         isobench_step_device_seconds_sum{phase=\"prefill\"} 0.25\n\
-        isobench_step_device_seconds_sum{phase=\"decode\"} 1.5\n";
+        isobench_step_device_seconds_sum{phase=\"decode\"} 1.5\n\
+        isobench_engine_idle_seconds_total 3.25\n";
 
     fn parse(text: &str, at: Instant) -> Option<GpuScrape> {
         GpuScrape::of(&Exposition::parse(text), at)
@@ -140,6 +145,7 @@ mod tests {
         assert_eq!((scrape.graph_replays, scrape.eager_steps), (40, 10));
         // Forward time is summed over the step phases.
         assert_eq!(scrape.device_busy_s, Some(1.75));
+        assert_eq!(scrape.engine_idle_s, Some(3.25));
     }
 
     #[test]
@@ -149,12 +155,13 @@ mod tests {
     }
 
     /// A scrape `ms` after `base`; the GPU was busy in forwards for 60% of
-    /// the time since `base`.
+    /// the time since `base`, and the engine idle for 10%.
     fn at(base: Instant, ms: u64, energy: Option<f64>, eager: u64, peak: u64) -> GpuScrape {
         GpuScrape {
             at: base + Duration::from_millis(ms),
             energy_j: energy,
             device_busy_s: Some(0.6 * ms as f64 / 1000.0),
+            engine_idle_s: Some(0.1 * ms as f64 / 1000.0),
             eager_steps: eager,
             memory_peak_bytes: peak,
             ..parse(METRICS, base).unwrap()
@@ -181,6 +188,8 @@ mod tests {
         // 60% of the 500 ms window, interpolated the same way.
         let busy = m.device_busy_s.unwrap();
         assert!((busy - 0.3).abs() < 1e-9, "{busy}");
+        let idle = m.engine_idle_s.unwrap();
+        assert!((idle - 0.05).abs() < 1e-9, "{idle}");
         assert_eq!(m.eager_steps, 12);
         assert_eq!(m.peak_memory_bytes, 800);
         // A window past the last scrape holds the last value.
@@ -195,11 +204,14 @@ mod tests {
         assert_eq!(measure(&scrapes, None).device_busy_s, None);
         let dark = [at(t, 0, None, 0, 1), at(t, 250, None, 1, 1)];
         assert_eq!(measure(&dark, Some(window)).energy_j, None);
-        // A server that does not time its forwards: no busy time.
+        // A server that does not time its forwards or its idle engine:
+        // neither figure.
         let untimed = dark.map(|s| GpuScrape {
             device_busy_s: None,
+            engine_idle_s: None,
             ..s
         });
-        assert_eq!(measure(&untimed, Some(window)).device_busy_s, None);
+        let m = measure(&untimed, Some(window));
+        assert_eq!((m.device_busy_s, m.engine_idle_s), (None, None));
     }
 }

@@ -177,8 +177,9 @@ mod tests {
         url
     }
 
-    /// A GPU server whose GPU drew 100 J more, ran 10 more eager steps and
-    /// spent 5 ms more in forwards at each scrape.
+    /// A GPU server whose GPU drew 100 J more, ran 10 more eager steps,
+    /// spent 5 ms more in forwards and whose engine slept 1 ms more at
+    /// each scrape.
     fn gpu_page(scrape: u64) -> String {
         format!(
             "isobench_eager_steps_total {}\n\
@@ -187,11 +188,13 @@ mod tests {
              isobench_gpu_memory_total_bytes 1000\n\
              isobench_gpu_memory_peak_bytes {}\n\
              isobench_gpu_energy_joules_total {}\n\
-             isobench_step_device_seconds_sum{{phase=\"decode\"}} {}\n",
+             isobench_step_device_seconds_sum{{phase=\"decode\"}} {}\n\
+             isobench_engine_idle_seconds_total {}\n",
             10 * scrape,
             500 + scrape,
             100 * scrape,
-            0.005 * scrape as f64
+            0.005 * scrape as f64,
+            0.001 * scrape as f64
         )
     }
 
@@ -223,6 +226,9 @@ mod tests {
         // Forward time grows with the energy, 5 ms for each 100 J.
         let busy = m.device_busy_s.unwrap();
         assert!((busy - energy / 100.0 * 0.005).abs() < 1e-9, "{m:?}");
+        // And the engine's idle time, 1 ms for each 100 J.
+        let idle = m.engine_idle_s.unwrap();
+        assert!((idle - energy / 100.0 * 0.001).abs() < 1e-9, "{m:?}");
     }
 
     /// A page as vLLM 0.10 writes it (abridged, other families left in):

@@ -171,7 +171,8 @@ pub fn sweep_steps(series: &str) -> Vec<Report> {
 }
 
 /// What an H200 measured over a run, with `energy_j` (none: a GPU without
-/// an energy counter) and half a second of forwards.
+/// an energy counter), half a second of forwards and a quarter of a second
+/// of its engine idle.
 pub fn h200(energy_j: Option<f64>) -> GpuMeasurement {
     GpuMeasurement {
         name: "NVIDIA H200".into(),
@@ -183,5 +184,6 @@ pub fn h200(energy_j: Option<f64>) -> GpuMeasurement {
         cuda_graph_replays: 900,
         eager_steps: 120,
         device_busy_s: Some(0.5),
+        engine_idle_s: Some(0.25),
     }
 }
