@@ -277,7 +277,7 @@ impl Metrics {
     }
 
     /// The engine's idle time so far, a sleep in progress included.
-    pub fn idle_time(&self) -> Duration {
+    fn idle_time(&self) -> Duration {
         self.idle_clock().total(Instant::now())
     }
 
